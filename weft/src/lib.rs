@@ -1,0 +1,84 @@
+//! weft: goroutines for Rust.
+//!
+//! Write plain blocking code — one task per connection, `join`, `park`, `sleep` — and weft runs
+//! a million such tasks on a handful of OS threads. Each task runs on its own stack: a slot of
+//! reserved address space with a guard page, committed by the kernel page by page as the task
+//! touches it, so a stack grows without ever being copied (see [`stack`]).
+//!
+//! ```
+//! let sum = weft::run(|| {
+//!     let handles: Vec<_> = (0..1000u64).map(|i| weft::spawn(move || i * 2)).collect();
+//!     handles.into_iter().map(|h| h.join().unwrap()).sum::<u64>()
+//! });
+//! assert_eq!(sum, 999_000);
+//! ```
+//!
+//! # Glossary (weft term = Go term)
+//! - **Task** = G, a goroutine: a closure with its own stack ([`task`]).
+//! - **Worker** = M bound to a P: an OS thread that runs tasks one at a time ([`sched`]).
+//!   weft has no separate P: each worker owns its queues, and its count is fixed at build
+//!   time ([`RuntimeBuilder::workers`], `WEFT_WORKERS` like `GOMAXPROCS`).
+//! - **Park / unpark** = `gopark` / `goready`: a task blocks without blocking its worker.
+//! - **Slot** = a goroutine stack: fixed-size, never moved.
+//!
+//! # Layers
+//! ```text
+//!   task (spawn, JoinHandle, Builder) ─┐
+//!   park (Waiter, park/wake protocol) ─┼─► sched (Runtime, workers, queues) ─► stack (slots, guards, overflow)
+//! ```
+//!
+//! # Safety model
+//! A task that has started runs on the OS thread of its first worker until it ends: only
+//! never-started tasks are stolen by idle workers. So thread-locals, `Rc`s shared with them and
+//! std `MutexGuard`s may be held across a park (Rust lets the compiler keep a thread-local's
+//! address across a function call: rust-lang/rust#136044, which makes moving a started stack
+//! unsound). A parked task becomes wakeable only after it has switched out completely.
+//! Overflowing a stack hits its guard page: weft prints the task's id, name, spawn site and
+//! stack size, then aborts the process — like Go's "fatal error: stack overflow".
+
+#![warn(missing_docs)]
+
+pub(crate) mod loom;
+
+#[cfg(loom)]
+#[path = "task/join.rs"]
+pub(crate) mod join;
+#[cfg(not(loom))]
+pub mod park;
+#[cfg(loom)]
+pub(crate) mod park;
+#[cfg(not(loom))]
+pub mod sched;
+#[cfg(loom)]
+pub(crate) mod sched;
+#[cfg(not(loom))]
+pub mod stack;
+#[cfg(not(loom))]
+pub mod task;
+
+#[cfg(not(loom))]
+pub use sched::{EnterGuard, Handle, Runtime, RuntimeBuilder};
+#[cfg(not(loom))]
+pub use task::{spawn, yield_now, JoinHandle};
+
+/// Runs `f` as a task on a new runtime with the default settings, waits for it, and shuts the
+/// runtime down: `weft::run(|| { ... })` is the whole `main` of a weft program.
+///
+/// # Panics
+/// If the runtime cannot start, or with `f`'s own panic.
+#[cfg(not(loom))]
+#[track_caller]
+pub fn run<F, T>(f: F) -> T
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let runtime = match Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => panic!("weft: cannot start a runtime: {e}"),
+    };
+    runtime.block_on(f)
+}
+
+#[cfg(test)]
+mod tests;

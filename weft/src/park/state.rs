@@ -1,0 +1,81 @@
+//! The park/wake handshake of one task: a token, like `std::thread::park`, plus the rule that a
+//! task is published as parked only after it has fully switched out.
+//!
+//! Owns: one `AtomicU32` per task.
+//!
+//! ```text
+//!            park(): token? ──yes──► RUNNING (return at once)
+//!   RUNNING ───────────────────────────────────────────────────────────┐
+//!      │ park(): no token → switch to the worker                        │ unpark()
+//!      ▼                                                                ▼
+//!   (switched out; still RUNNING) ── worker: publish_parked ──► PARKED  NOTIFIED
+//!      │                                 fails if NOTIFIED:             │
+//!      │                                 the worker requeues the task   │
+//!      ▼                                                                │
+//!   PARKED ── unpark(): swap to NOTIFIED, sees PARKED ──► schedule (exactly one waker does)
+//!   resumed in park(): swap back to RUNNING (consumes the token)
+//! ```
+//!
+//! Invariants:
+//! 1. Only the task itself moves NOTIFIED → RUNNING (`take_token`, `resumed`).
+//! 2. Only the task's worker, after the switch, moves RUNNING → PARKED (`publish_parked`): the
+//!    task's stack is never resumed by a waker while it is still executing on it.
+//! 3. Exactly one `unpark` observes PARKED and schedules the task.
+//!
+//! Why: this is Go's `gopark` unlock step (the waiter list is told "parked" from the scheduler's
+//! stack, after the switch) folded into one atomic, as `may` does with its "subscribe on the
+//! scheduler stack" step. Checked by `src/tests/loom_park.rs`.
+
+use crate::loom::sync::atomic::{AtomicU32, Ordering};
+
+/// Running (or runnable), no token.
+const RUNNING: u32 = 0;
+/// An unpark arrived while the task was not parked: its next park returns at once.
+const NOTIFIED: u32 = 1;
+/// Switched out and waiting; the next unpark schedules it.
+const PARKED: u32 = 2;
+
+/// The park/wake state of one task.
+#[derive(Debug)]
+pub(crate) struct ParkState(AtomicU32);
+
+impl ParkState {
+    pub(crate) fn new() -> Self {
+        ParkState(AtomicU32::new(RUNNING))
+    }
+
+    /// The task, before switching out: consumes a pending token; true if there was one.
+    pub(crate) fn take_token(&self) -> bool {
+        // Acquire: pairs with the AcqRel swap in `unpark`, so what the unparker wrote before
+        // unparking is visible to the task.
+        self.0
+            .compare_exchange(NOTIFIED, RUNNING, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// The worker, after the task switched out to park: true if the task is now parked (a
+    /// later `unpark` will schedule it); false if a token arrived meanwhile, in which case the
+    /// worker must requeue the task (invariant 2).
+    pub(crate) fn publish_parked(&self) -> bool {
+        // Release: pairs with the Acquire in `unpark`, so the waker that schedules the task
+        // sees everything the worker did with it (its home, its queue links) before parking.
+        self.0
+            .compare_exchange(RUNNING, PARKED, Ordering::Release, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// The task, back from the switch: consumes the token that woke (or kept) it.
+    pub(crate) fn resumed(&self) {
+        // Acquire: pairs with the unparker's AcqRel swap (invariant 1).
+        self.0.swap(RUNNING, Ordering::Acquire);
+    }
+
+    /// Any thread: delivers a token; true if the task was parked and the caller must now
+    /// schedule it (invariant 3).
+    #[must_use]
+    pub(crate) fn unpark(&self) -> bool {
+        // AcqRel: Release publishes the unparker's writes to the task (pairs with `take_token`
+        // and `resumed`); Acquire pairs with `publish_parked`.
+        self.0.swap(NOTIFIED, Ordering::AcqRel) == PARKED
+    }
+}

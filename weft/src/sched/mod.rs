@@ -1,0 +1,46 @@
+//! The scheduler: the runtime, its workers, their queues, and how a task is spawned, run,
+//! parked and woken.
+//!
+//! Owns: [`Runtime`] and its builder, [`Handle`], the state every worker shares ([`Shared`]),
+//! each worker's [`Remote`] (what other threads may touch of it), and the thread-locals that
+//! say which worker and which task the current code runs on.
+//!
+//! ```text
+//!   spawn on a worker ──► its `new_tasks` deque ◄── other workers steal (never-started tasks only)
+//!   spawn elsewhere   ──► shared injector      ◄── every worker takes batches
+//!   wake on the home worker  ──► its `ready` queue (not stealable)
+//!   wake from another thread ──► the home worker's `Remote::woken`, then notify if it sleeps
+//! ```
+//!
+//! Invariants:
+//! 1. Only never-started tasks are in a stealable queue (`new_tasks`, the injector); a woken or
+//!    yielded task goes back to its home worker only (task/mod.rs invariant 1).
+//! 2. A worker runs at most one task at a time, and the worker thread's own code never runs
+//!    on a task's stack.
+//! 3. No wakeup is lost between a worker deciding to sleep and work arriving (idle.rs).
+//!
+//! May call: `task`, `stack`, `park`. Called by: `task` (spawn, park, yield), the public API.
+//!
+//! Why per-worker `ready` queues that cannot be stolen from: a started task holds the addresses
+//! of its thread's thread-locals in registers and on its stack (rust-lang/rust#136044), and
+//! possibly `!Send` values; moving it is unsound. The price is that a worker stuck in a long
+//! computation delays the tasks that live on it; the work-stealing of never-started tasks keeps
+//! new work flowing to every core.
+
+mod idle;
+mod worker;
+
+#[cfg(not(loom))]
+pub(crate) use worker::{
+    current_task, park_current_task, schedule_woken, suspend_current, with_spawner,
+};
+
+#[cfg(loom)]
+pub(crate) use idle::SleepFlags;
+
+#[cfg(not(loom))]
+mod runtime;
+#[cfg(not(loom))]
+pub(crate) use runtime::Remote;
+#[cfg(not(loom))]
+pub use runtime::{EnterGuard, Handle, Runtime, RuntimeBuilder};

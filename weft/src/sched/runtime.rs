@@ -1,0 +1,314 @@
+//! The runtime object: building the workers, entering the runtime from other threads, and
+//! shutting down.
+//!
+//! Shutdown, in order:
+//! 1. `Runtime::drop` sets `Shared::shutdown` and notifies every worker.
+//! 2. Each worker stops starting tasks: never-started tasks it finds are dropped, so their
+//!    joiners get `Err` ("task cancelled").
+//! 3. Each worker marks its started tasks cancelled and unparks them; a cancelled task's next
+//!    park unwinds its stack (destructors run), and its joiner gets `Err`.
+//! 4. A task still running (a loop that never parks) holds its worker, and `drop` waits for it,
+//!    as with tokio. A task that parks again while unwinding and is never woken is leaked after
+//!    a grace period, with a warning.
+//! 5. `drop` joins the worker threads.
+
+use std::io;
+use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+use crossbeam_deque::{Injector, Stealer};
+
+use super::idle::SleepFlags;
+use super::worker::{self, Worker};
+use crate::stack::{self, SizeClass};
+use crate::task::{JoinHandle, Task};
+
+/// State shared by all workers of one runtime.
+pub(crate) struct Shared {
+    pub(crate) injector: Injector<Task>,
+    pub(crate) stealers: Vec<Stealer<Task>>,
+    pub(crate) remotes: Vec<Arc<Remote>>,
+    pub(crate) default_class: SizeClass,
+    pub(crate) shutdown: AtomicBool,
+    /// Workers looking for work without sleeping; spawners do not wake a sleeper while one
+    /// spins, since the spinner will find the work.
+    pub(crate) spinning: AtomicUsize,
+}
+
+/// What other threads may touch of one worker.
+pub(crate) struct Remote {
+    pub(crate) index: usize,
+    pub(crate) woken: Mutex<Vec<Task>>,
+    pub(crate) flags: SleepFlags,
+    pub(crate) poller: polling::Poller,
+}
+
+impl Remote {
+    /// Hands a woken task to this (its home) worker from another thread.
+    pub(crate) fn push_woken(&self, task: Task) {
+        self.woken
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(task);
+        // idle.rs step 1–2.
+        if self.flags.work_pushed() {
+            self.notify();
+        }
+    }
+
+    pub(crate) fn notify(&self) {
+        // An error means the eventfd is gone, which only happens after the worker exited.
+        let _ = self.poller.notify();
+    }
+}
+
+impl Shared {
+    /// After new work was published in a stealable queue: wake one sleeping worker, unless one
+    /// is already spinning (idle.rs).
+    pub(crate) fn wake_idle_worker(&self, except: Option<usize>) {
+        // SeqCst: the work's publication (a deque or injector push) must be ordered before we
+        // read the `sleeping` flags; pairs with the worker's SeqCst flag store then re-check.
+        fence(Ordering::SeqCst);
+        if self.spinning.load(Ordering::SeqCst) > 0 {
+            return;
+        }
+        for remote in &self.remotes {
+            if Some(remote.index) != except && remote.flags.wake_if_sleeping() {
+                remote.notify();
+                return;
+            }
+        }
+    }
+}
+
+/// Configures and builds a [`Runtime`].
+#[derive(Debug, Clone, Default)]
+pub struct RuntimeBuilder {
+    workers: Option<usize>,
+    stack_size: Option<usize>,
+}
+
+impl RuntimeBuilder {
+    /// The number of worker threads. Default: `WEFT_WORKERS` from the environment (like
+    /// `GOMAXPROCS`), else the available parallelism.
+    pub fn workers(mut self, n: usize) -> Self {
+        self.workers = Some(n);
+        self
+    }
+
+    /// The default stack size of this runtime's tasks (see `weft::stack`); 256 KiB if unset.
+    pub fn stack_size(mut self, bytes: usize) -> Self {
+        self.stack_size = Some(bytes);
+        self
+    }
+
+    /// Starts the workers.
+    ///
+    /// # Errors
+    /// An invalid worker count or stack size, or a failure to start a thread or a poller.
+    pub fn build(self) -> io::Result<Runtime> {
+        let workers = match self.workers {
+            Some(n) => n,
+            None => workers_from_env()?,
+        };
+        if workers == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "weft: a runtime needs at least one worker",
+            ));
+        }
+        let default_class =
+            SizeClass::for_size(self.stack_size.unwrap_or(stack::DEFAULT_STACK_SIZE))?;
+        stack::install_handler();
+
+        let locals: Vec<_> = (0..workers)
+            .map(|_| crossbeam_deque::Worker::new_fifo())
+            .collect();
+        let remotes = (0..workers)
+            .map(|index| {
+                Ok(Arc::new(Remote {
+                    index,
+                    woken: Mutex::new(Vec::new()),
+                    flags: SleepFlags::new(),
+                    poller: polling::Poller::new()?,
+                }))
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        let shared = Arc::new(Shared {
+            injector: Injector::new(),
+            stealers: locals.iter().map(|w| w.stealer()).collect(),
+            remotes,
+            default_class,
+            shutdown: AtomicBool::new(false),
+            spinning: AtomicUsize::new(0),
+        });
+        let mut threads = Vec::with_capacity(workers);
+        for (index, local) in locals.into_iter().enumerate() {
+            let worker_shared = shared.clone();
+            let spawned = thread::Builder::new()
+                .name(format!("weft-worker-{index}"))
+                .spawn(move || Worker::new(index, worker_shared, local).run());
+            match spawned {
+                Ok(thread) => threads.push(thread),
+                Err(e) => {
+                    let runtime = Runtime { shared, threads };
+                    drop(runtime);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Runtime { shared, threads })
+    }
+}
+
+fn workers_from_env() -> io::Result<usize> {
+    match std::env::var("WEFT_WORKERS") {
+        Ok(value) => value.trim().parse().map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("weft: WEFT_WORKERS={value:?} is not a number of workers"),
+            )
+        }),
+        Err(_) => Ok(thread::available_parallelism().map_or(1, |n| n.get())),
+    }
+}
+
+/// A weft runtime: worker threads that run tasks. Dropping it shuts it down (see the
+/// module-level shutdown steps): tasks not finished are cancelled and their stacks unwound.
+pub struct Runtime {
+    shared: Arc<Shared>,
+    threads: Vec<thread::JoinHandle<()>>,
+}
+
+impl Runtime {
+    /// A builder with the defaults.
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder::default()
+    }
+
+    /// A runtime with the defaults.
+    ///
+    /// # Errors
+    /// As [`RuntimeBuilder::build`].
+    pub fn new() -> io::Result<Runtime> {
+        Runtime::builder().build()
+    }
+
+    /// Runs `f` as a task and blocks the calling thread until it returns its result; a panic in
+    /// `f` resumes on the caller, like a panic on the calling thread would.
+    #[track_caller]
+    pub fn block_on<F, T>(&self, f: F) -> T
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        match self.spawn(f).join() {
+            Ok(value) => value,
+            Err(payload) => std::panic::resume_unwind(payload),
+        }
+    }
+
+    /// Spawns a task on this runtime from any thread.
+    #[track_caller]
+    pub fn spawn<F, T>(&self, f: F) -> JoinHandle<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let _enter = self.handle().enter();
+        crate::task::spawn(f)
+    }
+
+    /// A handle for spawning onto this runtime from other threads.
+    pub fn handle(&self) -> Handle {
+        Handle {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// The number of worker threads.
+    pub fn workers(&self) -> usize {
+        self.threads.len()
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if worker::on_worker_of(&self.shared) {
+            // Joining our own thread would deadlock.
+            panic!("weft: a runtime cannot be dropped from one of its own tasks");
+        }
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        for remote in &self.shared.remotes {
+            remote.notify();
+        }
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+        // Whatever never started and is still queued is dropped here: its joiner gets Err.
+        while !self.shared.injector.steal().is_empty() {}
+    }
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("workers", &self.threads.len())
+            .finish()
+    }
+}
+
+/// A cloneable handle to a runtime: spawn on it from any thread, or [`enter`](Handle::enter)
+/// it so that `weft::spawn` works on a plain thread.
+#[derive(Clone)]
+pub struct Handle {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Handle {
+    /// Makes `weft::spawn` on this thread spawn onto this runtime until the guard drops.
+    pub fn enter(&self) -> EnterGuard {
+        let previous = worker::enter(Some(self.clone()));
+        EnterGuard { previous }
+    }
+
+    /// Spawns a task on this runtime.
+    #[track_caller]
+    pub fn spawn<F, T>(&self, f: F) -> JoinHandle<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let _enter = self.enter();
+        crate::task::spawn(f)
+    }
+
+    pub(crate) fn submit(&self, task: Task) {
+        self.shared.injector.push(task);
+        self.shared.wake_idle_worker(None);
+    }
+}
+
+impl std::fmt::Debug for Handle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handle").finish_non_exhaustive()
+    }
+}
+
+/// Returned by [`Handle::enter`]; restores the previous runtime on drop.
+pub struct EnterGuard {
+    previous: Option<Handle>,
+}
+
+impl Drop for EnterGuard {
+    fn drop(&mut self) {
+        worker::enter(self.previous.take());
+    }
+}
+
+impl std::fmt::Debug for EnterGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnterGuard").finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,498 @@
+//! A worker: one OS thread that runs tasks, one at a time, on their own stacks.
+//!
+//! Owns: [`Worker`] — its queues, its warm stack slots, its list of live (started, unfinished)
+//! tasks — all touched by its own thread only; and the thread-locals `WORKER` (the worker this
+//! thread is) and `ENTERED` (the runtime a plain thread entered).
+//!
+//! The loop: take a task (local ready queue and new-task deque alternately, the remote woken
+//! queue, the injector every 61 ticks and when local work runs out, then steal never-started
+//! tasks from the others); resume it until it yields, parks or returns; handle that on the
+//! worker's own stack. With nothing to do, spin for [`SPIN`] (waking a sleeping vCPU costs
+//! ≈35–40 µs in this VM, so a short spin pays for itself under ping-pong loads), then sleep in
+//! the poller.
+//!
+//! Invariants: sched/mod.rs 1–3; task/mod.rs 1–3. In particular `current` is non-null exactly
+//! while a task runs on this worker, and `run_task` is never re-entered (a task cannot run the
+//! worker loop).
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::panic::Location;
+use std::ptr;
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use corosensei::CoroutineResult;
+use crossbeam_deque::Steal;
+
+use super::runtime::{Handle, Remote, Shared};
+use crate::stack::{self, LocalSlots, SizeClass, Slot};
+use crate::task::{Cancelled, Header, RunState, Suspend, Task, TaskCoroutine};
+
+/// How long an idle worker keeps looking for work before it sleeps.
+const SPIN: Duration = Duration::from_micros(50);
+/// How often (in tasks run) the injector is checked before local work, so that tasks spawned
+/// from outside are not starved by a busy worker (Go checks its global queue every 61 ticks).
+const INJECTOR_INTERVAL: u32 = 61;
+/// How long shutdown waits for cancelled tasks that parked again while unwinding.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+
+thread_local! {
+    /// The worker this thread is, or null.
+    static WORKER: Cell<*const Worker> = const { Cell::new(ptr::null()) };
+    /// The runtime this plain thread entered with `Handle::enter`.
+    static ENTERED: RefCell<Option<Handle>> = const { RefCell::new(None) };
+}
+
+/// The worker of the current thread, if it is one.
+fn current_worker<'a>() -> Option<&'a Worker> {
+    let worker = WORKER.with(Cell::get);
+    // SAFETY: `WORKER` is set by `Worker::run` to a worker that lives on this thread's stack
+    // until `run` returns, and reset to null before that.
+    unsafe { worker.as_ref() }
+}
+
+/// The header of the task running on this thread, if any.
+fn current_header<'a>() -> Option<&'a Header> {
+    let header = current_worker()?.current.get();
+    // SAFETY: `current` points at the header of the task being resumed, which the worker keeps
+    // alive (it holds the `Task`) for the whole resume; we are inside that resume.
+    unsafe { header.as_ref() }
+}
+
+pub(crate) fn current_task() -> Option<Task> {
+    let header = current_worker()?.current.get();
+    if header.is_null() {
+        return None;
+    }
+    // SAFETY: as in `current_header`: the pointer came from `Arc::as_ptr` of a live `Task`;
+    // incrementing its count first makes `from_raw` produce an extra owned reference.
+    unsafe {
+        Arc::increment_strong_count(header);
+        Some(Task {
+            header: Arc::from_raw(header),
+        })
+    }
+}
+
+/// Switches from the running task back to its worker; false if not in a task.
+pub(crate) fn suspend_current(reason: Suspend) -> bool {
+    let Some(header) = current_header() else {
+        return false;
+    };
+    let yielder = header.yielder.get();
+    // SAFETY: the yielder lives at the root of this task's stack, the stack we run on now.
+    unsafe { &*yielder }.suspend(reason);
+    true
+}
+
+/// Parks the running task (park/state.rs); false if not in a task.
+pub(crate) fn park_current_task() -> bool {
+    let Some(header) = current_header() else {
+        return false;
+    };
+    unwind_if_cancelled(header);
+    if !header.park.take_token() {
+        suspend_current(Suspend::Park);
+        header.park.resumed();
+        unwind_if_cancelled(header);
+    }
+    true
+}
+
+/// A task cancelled by shutdown unwinds at its park (unless it is already unwinding).
+fn unwind_if_cancelled(header: &Header) {
+    if header.cancelling.get() && !std::thread::panicking() {
+        std::panic::resume_unwind(Box::new(Cancelled));
+    }
+}
+
+/// Queues a woken task on its home worker (sched/mod.rs invariant 1).
+pub(crate) fn schedule_woken(task: Task) {
+    let home = task
+        .header
+        .home()
+        .expect("weft: woke a task that never started")
+        .clone();
+    if let Some(worker) = current_worker() {
+        if Arc::ptr_eq(&worker.remote, &home) {
+            worker.ready.borrow_mut().push_back(task);
+            return;
+        }
+    }
+    home.push_woken(task);
+}
+
+/// True if this thread is a worker of the runtime behind `shared`.
+pub(crate) fn on_worker_of(shared: &Arc<Shared>) -> bool {
+    current_worker().is_some_and(|w| Arc::ptr_eq(&w.shared, shared))
+}
+
+/// Sets the runtime a plain thread spawns onto; returns the previous one.
+pub(crate) fn enter(handle: Option<Handle>) -> Option<Handle> {
+    ENTERED.with(|entered| std::mem::replace(&mut *entered.borrow_mut(), handle))
+}
+
+/// Where a spawn goes: the current worker's deque, or an entered runtime's injector.
+pub(crate) enum Spawner<'a> {
+    Worker(&'a Worker),
+    Handle(&'a Handle),
+}
+
+impl Spawner<'_> {
+    pub(crate) fn default_class(&self) -> SizeClass {
+        match self {
+            Spawner::Worker(w) => w.shared.default_class,
+            Spawner::Handle(h) => h.shared.default_class,
+        }
+    }
+
+    pub(crate) fn take_slot(&self, class: SizeClass) -> std::io::Result<Slot> {
+        match self {
+            Spawner::Worker(w) => w.slots.borrow_mut().take(class),
+            Spawner::Handle(_) => Slot::take(class),
+        }
+    }
+
+    pub(crate) fn submit(&self, task: Task) {
+        match self {
+            Spawner::Worker(w) => {
+                w.new_tasks.push(task);
+                w.shared.wake_idle_worker(Some(w.index));
+            }
+            Spawner::Handle(h) => h.submit(task),
+        }
+    }
+}
+
+/// Calls `f` with the current runtime's spawner.
+///
+/// # Panics
+/// Outside a runtime.
+pub(crate) fn with_spawner<R>(
+    site: &'static Location<'static>,
+    f: impl FnOnce(&Spawner<'_>) -> R,
+) -> R {
+    if let Some(worker) = current_worker() {
+        return f(&Spawner::Worker(worker));
+    }
+    let handle = ENTERED.with(|entered| entered.borrow().clone());
+    match handle {
+        Some(handle) => f(&Spawner::Handle(&handle)),
+        None => panic!(
+            "weft: spawn called outside a weft runtime at {site}: call it from a task, from \
+             Runtime::block_on or Runtime::spawn, or on a thread that holds Handle::enter"
+        ),
+    }
+}
+
+/// Started, unfinished tasks of one worker (task/mod.rs invariant 3).
+#[derive(Default)]
+struct Live {
+    tasks: Vec<Option<Task>>,
+    free: Vec<usize>,
+    len: usize,
+}
+
+impl Live {
+    fn insert(&mut self, task: Task) -> usize {
+        self.len += 1;
+        match self.free.pop() {
+            Some(index) => {
+                self.tasks[index] = Some(task);
+                index
+            }
+            None => {
+                self.tasks.push(Some(task));
+                self.tasks.len() - 1
+            }
+        }
+    }
+
+    fn remove(&mut self, index: usize) -> Option<Task> {
+        let task = self.tasks[index].take();
+        if task.is_some() {
+            self.len -= 1;
+            self.free.push(index);
+        }
+        task
+    }
+}
+
+pub(crate) struct Worker {
+    index: usize,
+    shared: Arc<Shared>,
+    remote: Arc<Remote>,
+    /// Never-started tasks spawned here; others steal from its other end.
+    new_tasks: crossbeam_deque::Worker<Task>,
+    /// Woken and yielded tasks of this worker; never stolen.
+    ready: RefCell<VecDeque<Task>>,
+    slots: RefCell<LocalSlots>,
+    live: RefCell<Live>,
+    /// The header of the task being resumed, or null.
+    current: Cell<*const Header>,
+    tick: Cell<u32>,
+    events: RefCell<polling::Events>,
+}
+
+impl Worker {
+    pub(crate) fn new(
+        index: usize,
+        shared: Arc<Shared>,
+        new_tasks: crossbeam_deque::Worker<Task>,
+    ) -> Worker {
+        Worker {
+            index,
+            remote: shared.remotes[index].clone(),
+            shared,
+            new_tasks,
+            ready: RefCell::new(VecDeque::new()),
+            slots: RefCell::new(LocalSlots::default()),
+            live: RefCell::new(Live::default()),
+            current: Cell::new(ptr::null()),
+            tick: Cell::new(0),
+            events: RefCell::new(polling::Events::new()),
+        }
+    }
+
+    /// The worker thread's body.
+    pub(crate) fn run(self) {
+        let _alt_stack = stack::AltStack::install();
+        WORKER.with(|w| w.set(&self));
+        self.main_loop();
+        self.shut_down();
+        WORKER.with(|w| w.set(ptr::null()));
+    }
+
+    fn main_loop(&self) {
+        while !self.shared.shutdown.load(Ordering::Relaxed) {
+            match self.next_task() {
+                Some(task) => self.run_task(task),
+                None => self.idle(),
+            }
+        }
+    }
+
+    fn next_task(&self) -> Option<Task> {
+        let tick = self.tick.get().wrapping_add(1);
+        self.tick.set(tick);
+        if tick % INJECTOR_INTERVAL == 0 {
+            if let Some(task) = self.steal_from_injector() {
+                return Some(task);
+            }
+        }
+        if self.remote.flags.take_pushed() {
+            let mut woken = self.remote.woken.lock().unwrap_or_else(|e| e.into_inner());
+            self.ready.borrow_mut().extend(woken.drain(..));
+        }
+        // Alternate which local queue goes first, so that a task that keeps yielding cannot
+        // starve never-started tasks, nor a spawning loop the tasks it woke.
+        let ready_first = tick % 2 == 0;
+        let mut ready = self.ready.borrow_mut();
+        let task = if ready_first {
+            ready.pop_front().or_else(|| self.new_tasks.pop())
+        } else {
+            self.new_tasks.pop().or_else(|| ready.pop_front())
+        };
+        drop(ready);
+        task.or_else(|| self.steal_from_injector())
+            .or_else(|| self.steal_from_workers())
+    }
+
+    fn steal_from_injector(&self) -> Option<Task> {
+        loop {
+            match self.shared.injector.steal_batch_and_pop(&self.new_tasks) {
+                Steal::Success(task) => return Some(task),
+                Steal::Empty => return None,
+                Steal::Retry => {}
+            }
+        }
+    }
+
+    /// Steals never-started tasks (sched/mod.rs invariant 1: only those are in deques).
+    fn steal_from_workers(&self) -> Option<Task> {
+        let stealers = &self.shared.stealers;
+        let start = self.tick.get() as usize;
+        for i in 0..stealers.len() {
+            let victim = (start + i) % stealers.len();
+            if victim == self.index {
+                continue;
+            }
+            loop {
+                match stealers[victim].steal_batch_and_pop(&self.new_tasks) {
+                    Steal::Success(task) => return Some(task),
+                    Steal::Empty => break,
+                    Steal::Retry => {}
+                }
+            }
+        }
+        None
+    }
+
+    fn has_work(&self) -> bool {
+        !self.ready.borrow().is_empty()
+            || self.remote.flags.pushed_pending()
+            || !self.new_tasks.is_empty()
+            || !self.shared.injector.is_empty()
+            || self
+                .shared
+                .stealers
+                .iter()
+                .enumerate()
+                .any(|(i, s)| i != self.index && !s.is_empty())
+            || self.shared.shutdown.load(Ordering::Relaxed)
+    }
+
+    /// Spins, then sleeps in the poller until work arrives (idle.rs protocol).
+    fn idle(&self) {
+        self.shared.spinning.fetch_add(1, Ordering::SeqCst);
+        let start = Instant::now();
+        let mut found = false;
+        while start.elapsed() < SPIN {
+            if self.has_work() {
+                found = true;
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        self.shared.spinning.fetch_sub(1, Ordering::SeqCst);
+        if found {
+            return;
+        }
+        self.remote.flags.prepare_sleep();
+        // SeqCst: pairs with the fence in `Shared::wake_idle_worker` (idle.rs step 3).
+        fence(Ordering::SeqCst);
+        if !self.has_work() {
+            self.wait(None);
+        }
+        self.remote.flags.end_sleep();
+    }
+
+    fn wait(&self, timeout: Option<Duration>) {
+        let mut events = self.events.borrow_mut();
+        events.clear();
+        if let Err(e) = self.remote.poller.wait(&mut events, timeout) {
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                panic!("weft: worker {} cannot wait in its poller: {e}", self.index);
+            }
+        }
+    }
+
+    /// Resumes `task` until it yields, parks or returns (task/mod.rs invariant 1).
+    fn run_task(&self, task: Task) {
+        let header: &Header = &task.header;
+        // SAFETY: this worker popped `task` from a queue, so it is the only one touching its run
+        // state now: a New task is in one queue at a time, and a Started one is only ever
+        // queued on this worker (invariant 1); `run_task` is not re-entered.
+        let state = unsafe { header.run_state() };
+        if let RunState::New { .. } = state {
+            self.start(&task, state);
+        }
+        let RunState::Started { coroutine, .. } = state else {
+            return; // Done: a stale wake of a finished task.
+        };
+        self.current.set(Arc::as_ptr(&task.header));
+        stack::set_running(Some(
+            header as *const Header as *const dyn stack::DescribeTask,
+        ));
+        let result = coroutine.resume(());
+        stack::set_running(None);
+        self.current.set(ptr::null());
+        match result {
+            CoroutineResult::Yield(Suspend::Yield) => self.ready.borrow_mut().push_back(task),
+            CoroutineResult::Yield(Suspend::Park) => {
+                // park/state.rs invariant 2: published only now, off the task's stack.
+                if !header.park.publish_parked() {
+                    self.ready.borrow_mut().push_back(task);
+                }
+            }
+            CoroutineResult::Return(joiner) => {
+                self.finish(&task, state);
+                if let Some(joiner) = joiner {
+                    joiner.wake();
+                }
+            }
+        }
+    }
+
+    /// Turns a never-started task into a coroutine on this worker.
+    fn start(&self, task: &Task, state: &mut RunState) {
+        let RunState::New { body, slot } = std::mem::replace(state, RunState::Done) else {
+            unreachable!("start of a task that is not new");
+        };
+        let coroutine = TaskCoroutine::with_stack(slot, move |yielder, ()| {
+            // The body runs on the task's stack; park finds its yielder through the header.
+            if let Some(header) = current_header() {
+                header.yielder.set(yielder);
+            }
+            body()
+        });
+        // SAFETY: the task has not run yet and this worker owns it (invariant 2 of task/mod.rs).
+        unsafe { task.header.set_home(self.remote.clone()) };
+        let live = self.live.borrow_mut().insert(task.clone());
+        *state = RunState::Started { coroutine, live };
+    }
+
+    /// Recycles a returned task's slot and forgets it.
+    fn finish(&self, task: &Task, state: &mut RunState) {
+        let RunState::Started { coroutine, live } = std::mem::replace(state, RunState::Done) else {
+            unreachable!("finish of a task that did not start");
+        };
+        self.slots.borrow_mut().put(coroutine.into_stack());
+        let removed = self.live.borrow_mut().remove(live);
+        debug_assert!(removed.is_some_and(|t| t.ptr_eq(task)));
+    }
+
+    /// Shutdown steps 2–4 (runtime.rs) for this worker.
+    fn shut_down(&self) {
+        let live: Vec<Task> = self.live.borrow().tasks.iter().flatten().cloned().collect();
+        for task in live {
+            task.header.cancelling.set(true);
+            task.unpark();
+        }
+        let mut last_progress = Instant::now();
+        loop {
+            if let Some(task) = self.next_task() {
+                // SAFETY: as in `run_task`: popped from a queue, so ours alone.
+                let state = unsafe { task.header.run_state() };
+                if let RunState::New { .. } = state {
+                    // Step 2: never started; dropping the body tells the joiner.
+                    *state = RunState::Done;
+                } else {
+                    self.run_task(task);
+                }
+                last_progress = Instant::now();
+                continue;
+            }
+            if self.live.borrow().len == 0 {
+                break;
+            }
+            if last_progress.elapsed() > SHUTDOWN_GRACE {
+                self.leak_live_tasks();
+                break;
+            }
+            self.wait(Some(Duration::from_millis(10)));
+        }
+    }
+
+    /// Step 4: tasks that parked again while unwinding and were never woken. Their stacks
+    /// still hold frames, so their slots can never be reused: leak them.
+    fn leak_live_tasks(&self) {
+        let mut live = self.live.borrow_mut();
+        let count = live.len;
+        for task in live.tasks.iter_mut().filter_map(Option::take) {
+            // SAFETY: shutdown runs on the home worker after every resume returned.
+            let state = unsafe { task.header.run_state() };
+            if let RunState::Started { coroutine, .. } = std::mem::replace(state, RunState::Done) {
+                std::mem::forget(coroutine);
+            }
+        }
+        live.len = 0;
+        eprintln!(
+            "weft: worker {}: {count} task(s) parked while unwinding at shutdown and were never \
+             woken; their stacks are leaked",
+            self.index
+        );
+    }
+}

@@ -1,0 +1,215 @@
+//! The stack-overflow handler: a task that touches its guard page is named, then the process
+//! aborts — like Go's "fatal error: stack overflow", never silent corruption of a neighbour.
+//!
+//! Owns: the process's SIGSEGV/SIGBUS disposition while weft runs (chaining to the previous
+//! one for faults that are not ours), each worker's alternate signal stack, and the
+//! thread-local pointer to the running task's description.
+//!
+//! Invariants:
+//! 1. The handler runs on an alternate stack (`SA_ONSTACK`): the faulting stack has no room.
+//! 2. The handler allocates nothing and takes no lock: it formats into a fixed buffer and
+//!    writes it with `write(2)`.
+//! 3. `RUNNING` points at a live description while its task runs on this thread, and is null
+//!    otherwise (the worker sets and clears it around each resume).
+//!
+//! May call: `region.rs`, libc. Called by: `sched` (installs the handler, makes alternate
+//! stacks, sets `RUNNING`).
+//!
+//! Why our own handler: std's handler only knows thread stacks (it dies with a bare SIGSEGV on a
+//! task's guard page), and corosensei installs none.
+
+use std::cell::Cell;
+use std::fmt::{self, Write as _};
+use std::sync::Once;
+
+use super::region;
+
+/// What the handler prints about the task that overflowed.
+pub(crate) trait DescribeTask {
+    /// Writes `task 12 "name" (spawned at file:line:col` and no more; must not allocate.
+    fn describe(&self, out: &mut dyn fmt::Write) -> fmt::Result;
+}
+
+thread_local! {
+    /// The task running on this thread (invariant 3).
+    static RUNNING: Cell<Option<*const dyn DescribeTask>> = const { Cell::new(None) };
+}
+
+/// Marks `task` as running on this thread until the returned guard drops.
+pub(crate) fn set_running(task: Option<*const dyn DescribeTask>) {
+    RUNNING.with(|r| r.set(task));
+}
+
+/// Bytes of each worker's alternate signal stack: room to format one line plus libc's needs.
+const ALT_STACK_SIZE: usize = 64 << 10;
+
+/// The previous SIGSEGV and SIGBUS actions, for faults outside task guard pages.
+static mut PREVIOUS_SEGV: std::mem::MaybeUninit<libc::sigaction> = std::mem::MaybeUninit::zeroed();
+static mut PREVIOUS_BUS: std::mem::MaybeUninit<libc::sigaction> = std::mem::MaybeUninit::zeroed();
+
+/// Installs the handler once per process.
+pub(crate) fn install_handler() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        for (signal, previous) in [
+            (libc::SIGSEGV, &raw mut PREVIOUS_SEGV),
+            (libc::SIGBUS, &raw mut PREVIOUS_BUS),
+        ] {
+            // SAFETY: a zeroed sigaction is a valid value; we fill in the handler, flags and
+            // an empty mask; `previous` is written once here, inside `call_once`, before the
+            // handler can run, and only read afterwards.
+            unsafe {
+                let mut action: libc::sigaction = std::mem::zeroed();
+                action.sa_sigaction = handle_fault as *const () as usize;
+                action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+                libc::sigemptyset(&mut action.sa_mask);
+                libc::sigaction(signal, &action, (*previous).as_mut_ptr());
+            }
+        }
+    });
+}
+
+/// The handler (invariants 1 and 2).
+extern "C" fn handle_fault(
+    signal: libc::c_int,
+    info: *mut libc::siginfo_t,
+    context: *mut libc::c_void,
+) {
+    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    if let Some((_, slot_size)) = region::guard_page_of(addr) {
+        let mut line = LineBuffer::new();
+        let _ = write!(line, "weft: fatal error: stack overflow in ");
+        let running = RUNNING.with(|r| r.get());
+        match running {
+            Some(task) => {
+                // SAFETY: invariant 3: the pointer is live while its task runs on this thread,
+                // and the fault happened while it ran.
+                let task = unsafe { &*task };
+                let _ = task.describe(&mut line);
+            }
+            None => {
+                let _ = write!(line, "a task (spawned at an unknown site");
+            }
+        }
+        let _ = writeln!(line, ", stack {} KiB); fault at {addr:#x}", slot_size >> 10);
+        line.write_to_stderr();
+        // SAFETY: abort is async-signal-safe.
+        unsafe { libc::abort() };
+    }
+    // Not ours: hand it on.
+    let previous = if signal == libc::SIGSEGV {
+        &raw const PREVIOUS_SEGV
+    } else {
+        &raw const PREVIOUS_BUS
+    };
+    // SAFETY: written once in `install_handler` before this handler was installed.
+    let previous = unsafe { (*previous).assume_init_ref() };
+    let handler = previous.sa_sigaction;
+    if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
+        // Restore the default and return: the faulting instruction runs again and the
+        // kernel ends the process with the signal, as it would have without weft.
+        // SAFETY: resetting a disposition is async-signal-safe.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = libc::SIG_DFL;
+            libc::sigaction(signal, &action, std::ptr::null_mut());
+        }
+    } else if previous.sa_flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: the previous handler was installed with SA_SIGINFO, so it has this type.
+        let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+            unsafe { std::mem::transmute(handler) };
+        f(signal, info, context);
+    } else {
+        // SAFETY: a handler installed without SA_SIGINFO takes only the signal number.
+        let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
+        f(signal);
+    }
+}
+
+/// A fixed buffer that `fmt::Write` can fill without allocating (invariant 2).
+struct LineBuffer {
+    bytes: [u8; 512],
+    len: usize,
+}
+
+impl LineBuffer {
+    fn new() -> Self {
+        LineBuffer {
+            bytes: [0; 512],
+            len: 0,
+        }
+    }
+
+    fn write_to_stderr(&self) {
+        // SAFETY: writes initialised bytes of our own buffer; write(2) is async-signal-safe.
+        unsafe { libc::write(2, self.bytes.as_ptr().cast(), self.len) };
+    }
+}
+
+impl fmt::Write for LineBuffer {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let n = s.len().min(self.bytes.len() - self.len);
+        self.bytes[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        Ok(())
+    }
+}
+
+/// An alternate signal stack for the current thread, replaced back on drop (invariant 1).
+pub(crate) struct AltStack {
+    mapping: *mut libc::c_void,
+    previous: libc::stack_t,
+}
+
+impl AltStack {
+    /// Maps a guarded alternate stack and makes it this thread's.
+    pub(crate) fn install() -> AltStack {
+        let page = region::page_size();
+        let len = ALT_STACK_SIZE + page;
+        // SAFETY: a fresh anonymous mapping; then we guard its lowest page and register the
+        // rest with sigaltstack. `previous` receives the old setting.
+        unsafe {
+            let mapping = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert!(
+                mapping != libc::MAP_FAILED,
+                "weft: cannot map an alternate signal stack"
+            );
+            libc::mprotect(mapping, page, libc::PROT_NONE);
+            let stack = libc::stack_t {
+                ss_sp: mapping.cast::<u8>().add(page).cast(),
+                ss_flags: 0,
+                ss_size: ALT_STACK_SIZE,
+            };
+            let mut previous: libc::stack_t = std::mem::zeroed();
+            libc::sigaltstack(&stack, &mut previous);
+            AltStack { mapping, previous }
+        }
+    }
+}
+
+impl Drop for AltStack {
+    fn drop(&mut self) {
+        // SAFETY: restore the previous alternate stack (or none), then unmap ours, which no
+        // signal handler can be using since this thread is running this code on its own stack.
+        unsafe {
+            let mut previous = self.previous;
+            if previous.ss_flags & libc::SS_DISABLE != 0 || previous.ss_sp.is_null() {
+                previous = libc::stack_t {
+                    ss_sp: std::ptr::null_mut(),
+                    ss_flags: libc::SS_DISABLE,
+                    ss_size: 0,
+                };
+            }
+            libc::sigaltstack(&previous, std::ptr::null_mut());
+            libc::munmap(self.mapping, ALT_STACK_SIZE + region::page_size());
+        }
+    }
+}

@@ -1,0 +1,363 @@
+//! Tasks: the header every task shares with its wakers, the public [`Task`] handle, spawning
+//! ([`Builder`]) and joining ([`JoinHandle`]).
+//!
+//! Owns: [`Header`]. Which thread may touch which field:
+//!
+//! | field        | who                                                                  |
+//! |--------------|----------------------------------------------------------------------|
+//! | `id`, `name`, `spawn_site`, `class` | anyone (immutable)                              |
+//! | `park`       | anyone, through the protocol in `park/state.rs`                      |
+//! | `home`       | written once by the first worker to run the task, before the task runs; read by wakers only after they saw the task PARKED (invariant 2) |
+//! | `run`        | the task's worker only (invariant 1)                                  |
+//! | `yielder`, `cancelling` | the task's worker and the task itself, on that worker's thread |
+//!
+//! Invariants:
+//! 1. A task that has started runs on one OS thread for its whole life: its coroutine is
+//!    created by the worker that first runs it, is resumed only by that worker, and is dropped
+//!    only by it. Only [`RunState::New`] tasks — a boxed `Send` closure and a slot of memory —
+//!    are ever moved between threads (stolen). This is what makes thread-locals and `!Send`
+//!    values on a task's stack sound (rust-lang/rust#136044: the compiler may keep a
+//!    thread-local's address across a switch).
+//! 2. `home` is set before the task first runs, and a task can only be PARKED after it ran;
+//!    `ParkState::publish_parked` (Release) and `ParkState::unpark` (Acquire) order the write
+//!    of `home` before any waker's read.
+//! 3. While a task is [`RunState::Started`], its worker's live list holds a reference to it,
+//!    so the last reference to a header is never dropped while it still owns a coroutine
+//!    (which would drop the coroutine on another thread).
+//!
+//! May call: `stack`, `park`, `sched` (to submit a spawned task). Called by: everything above.
+
+mod join;
+
+pub(crate) use join::Completion;
+pub use join::JoinHandle;
+
+use std::cell::{Cell, UnsafeCell};
+use std::fmt;
+use std::io;
+use std::num::NonZeroU64;
+use std::panic::Location;
+use std::sync::Arc;
+
+use corosensei::{Coroutine, Yielder};
+
+use crate::park::state::ParkState;
+use crate::park::Waiter;
+use crate::sched::{self, Remote};
+use crate::stack::{self, SizeClass, Slot};
+
+/// The unwind payload that cancels a parked task at shutdown (runtime.rs step 3); never
+/// reaches user code unless it catches unwinds, and then must be resumed.
+pub(crate) struct Cancelled;
+
+/// Why a task switched back to its worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Suspend {
+    /// `yield_now`: run it again after the others.
+    Yield,
+    /// `park`: it waits for an `unpark`.
+    Park,
+}
+
+/// The coroutine a started task runs in: resumed with `()`, suspends with a [`Suspend`], and
+/// returns the joiner to wake once it has fully finished.
+pub(crate) type TaskCoroutine = Coroutine<(), Suspend, Option<Waiter>, Slot>;
+
+/// The closure of a task that has not started: runs the user's function and records its
+/// result, returning the joiner to wake.
+pub(crate) type TaskBody = Box<dyn FnOnce() -> Option<Waiter> + Send>;
+
+/// Where a task is in its life (invariant 1).
+pub(crate) enum RunState {
+    /// Spawned, never run: may still be stolen by any worker.
+    New { body: TaskBody, slot: Slot },
+    /// Running or suspended on its home worker; `live` is its index in that worker's live list.
+    Started {
+        coroutine: TaskCoroutine,
+        live: usize,
+    },
+    /// Returned or cancelled; its slot went back to a pool.
+    Done,
+}
+
+/// The part of a task shared by its worker, its wakers and its handles.
+pub(crate) struct Header {
+    pub(crate) id: TaskId,
+    pub(crate) park: ParkState,
+    pub(crate) name: Option<Box<str>>,
+    pub(crate) spawn_site: &'static Location<'static>,
+    pub(crate) class: SizeClass,
+    home: UnsafeCell<Option<Arc<Remote>>>,
+    run: UnsafeCell<RunState>,
+    pub(crate) yielder: Cell<*const Yielder<(), Suspend>>,
+    pub(crate) cancelling: Cell<bool>,
+}
+
+// SAFETY: the fields that are not Sync on their own are confined as the table in the module
+// doc says: `run`, `yielder` and `cancelling` are touched only on the task's home worker thread
+// (invariant 1), or, for `run` in state New, by whichever single worker popped the task from a
+// queue; `home` is written once before it can be read elsewhere (invariant 2).
+unsafe impl Sync for Header {}
+// SAFETY: a Header moves between threads as an `Arc`. Its `RunState::New` content is `Send`
+// (a `Send` closure and a slot of memory); a `Started` coroutine, which is not `Send`, is only
+// ever dropped on its home thread (invariant 3).
+unsafe impl Send for Header {}
+
+impl Header {
+    /// The task's run state.
+    ///
+    /// # Safety
+    /// Only the worker running or about to run this task may call this (invariant 1), and the
+    /// reference must not outlive that use or overlap another one.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn run_state(&self) -> &mut RunState {
+        // SAFETY: exclusive access is the caller's contract.
+        unsafe { &mut *self.run.get() }
+    }
+
+    /// Records the worker the task will live on.
+    ///
+    /// # Safety
+    /// Only the worker starting this task may call it, once, before the task first runs.
+    pub(crate) unsafe fn set_home(&self, remote: Arc<Remote>) {
+        // SAFETY: invariant 2: no one reads `home` before the task has run and parked.
+        unsafe { *self.home.get() = Some(remote) };
+    }
+
+    /// The worker the task lives on; `None` before it started.
+    pub(crate) fn home(&self) -> Option<&Arc<Remote>> {
+        // SAFETY: invariant 2: callers (wakers) reach here only after seeing the task PARKED,
+        // which happens-after `set_home`.
+        unsafe { (*self.home.get()).as_ref() }
+    }
+}
+
+impl stack::DescribeTask for Header {
+    fn describe(&self, out: &mut dyn fmt::Write) -> fmt::Result {
+        write!(out, "task {}", self.id.0)?;
+        if let Some(name) = &self.name {
+            write!(out, " \"{name}\"")?;
+        }
+        write!(
+            out,
+            " (spawned at {}:{}:{}",
+            self.spawn_site.file(),
+            self.spawn_site.line(),
+            self.spawn_site.column()
+        )
+    }
+}
+
+/// A task's unique identifier, like `std::thread::ThreadId`; never reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskId(NonZeroU64);
+
+impl TaskId {
+    /// The identifier as a number (task ids start at 1).
+    pub fn as_u64(self) -> u64 {
+        self.0.get()
+    }
+
+    fn next() -> TaskId {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        /// Ids are handed to threads in blocks so spawning does not contend on one counter.
+        const BLOCK: u64 = 1024;
+        static NEXT_BLOCK: AtomicU64 = AtomicU64::new(1);
+        thread_local! {
+            static RANGE: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+        }
+        RANGE.with(|range| {
+            let (mut next, mut end) = range.get();
+            if next == end {
+                next = NEXT_BLOCK.fetch_add(BLOCK, Ordering::Relaxed);
+                end = next + BLOCK;
+            }
+            range.set((next + 1, end));
+            TaskId(NonZeroU64::new(next).expect("task ids start at 1"))
+        })
+    }
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A handle to a task, like `std::thread::Thread`: its identity, and `unpark`.
+#[derive(Clone)]
+pub struct Task {
+    pub(crate) header: Arc<Header>,
+}
+
+impl Task {
+    /// The task's unique id.
+    pub fn id(&self) -> TaskId {
+        self.header.id
+    }
+
+    /// The name given with [`Builder::name`], if any.
+    pub fn name(&self) -> Option<&str> {
+        self.header.name.as_deref()
+    }
+
+    /// Where the task was spawned.
+    pub fn spawn_site(&self) -> &'static Location<'static> {
+        self.header.spawn_site
+    }
+
+    /// The size of the task's stack slot in bytes, guard page included.
+    pub fn stack_size(&self) -> usize {
+        self.header.class.bytes()
+    }
+
+    /// Makes the task's next (or current) [`park`] return, like `std::thread::Thread::unpark`.
+    /// The task is scheduled on the worker it lives on. Callable from any thread.
+    pub fn unpark(&self) {
+        if self.header.park.unpark() {
+            sched::schedule_woken(self.clone());
+        }
+    }
+
+    pub(crate) fn ptr_eq(&self, other: &Task) -> bool {
+        Arc::ptr_eq(&self.header, &other.header)
+    }
+}
+
+impl fmt::Debug for Task {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Task")
+            .field("id", &self.id())
+            .field("name", &self.name())
+            .field("spawn_site", &self.spawn_site())
+            .finish()
+    }
+}
+
+/// The task this code runs in.
+///
+/// # Panics
+/// Outside a task (on a plain OS thread, or a worker between tasks): use [`try_current`].
+pub fn current() -> Task {
+    try_current().expect("weft::task::current() called outside a weft task")
+}
+
+/// The task this code runs in, or `None` on a plain OS thread.
+pub fn try_current() -> Option<Task> {
+    sched::current_task()
+}
+
+/// Blocks the current task until its [`Task::unpark`] is called, like `std::thread::park`.
+///
+/// Only the task parks: its worker runs other tasks meanwhile. As with std, a wakeup may be
+/// spurious: call it in a loop that checks a condition. On a plain OS thread this is
+/// `std::thread::park`.
+pub fn park() {
+    crate::park::park_current();
+}
+
+/// Lets the worker run other ready tasks before this one continues. On a plain OS thread this
+/// is `std::thread::yield_now`.
+pub fn yield_now() {
+    if !sched::suspend_current(Suspend::Yield) {
+        std::thread::yield_now();
+    }
+}
+
+/// Task factory, like `std::thread::Builder`: a name and a stack size for one spawn.
+#[derive(Debug, Default, Clone)]
+pub struct Builder {
+    name: Option<String>,
+    stack_size: Option<usize>,
+}
+
+impl Builder {
+    /// A builder with the runtime's defaults.
+    pub fn new() -> Builder {
+        Builder::default()
+    }
+
+    /// Names the task: shown in the stack-overflow report and by [`Task::name`].
+    pub fn name(mut self, name: impl Into<String>) -> Builder {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The task's stack size in bytes, guard page included; rounded up to a power of two of at
+    /// least 16 KiB (see `weft::stack`). Default: the runtime's, 256 KiB unless set.
+    pub fn stack_size(mut self, bytes: usize) -> Builder {
+        self.stack_size = Some(bytes);
+        self
+    }
+
+    /// Spawns `f` as a new task on the current runtime and returns its handle.
+    ///
+    /// # Errors
+    /// When no stack can be had: an invalid size, exhausted address space, or — on kernels
+    /// without `MADV_GUARD_INSTALL` — the `vm.max_map_count` limit (the error names it).
+    ///
+    /// # Panics
+    /// Outside a runtime: in a task, in [`crate::Runtime::block_on`], or under
+    /// [`crate::Handle::enter`].
+    #[track_caller]
+    pub fn spawn<F, T>(self, f: F) -> io::Result<JoinHandle<T>>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let spawn_site = Location::caller();
+        sched::with_spawner(spawn_site, |spawner| {
+            let class = match self.stack_size {
+                Some(bytes) => SizeClass::for_size(bytes)?,
+                None => spawner.default_class(),
+            };
+            let slot = spawner.take_slot(class)?;
+            let (join, completion) = join::pair::<T>();
+            let body: TaskBody = Box::new(move || run_body(f, completion));
+            let header = Arc::new(Header {
+                id: TaskId::next(),
+                park: ParkState::new(),
+                name: self.name.map(String::into_boxed_str),
+                spawn_site,
+                class,
+                home: UnsafeCell::new(None),
+                run: UnsafeCell::new(RunState::New { body, slot }),
+                yielder: Cell::new(std::ptr::null()),
+                cancelling: Cell::new(false),
+            });
+            let task = Task { header };
+            let handle = JoinHandle::new(join, task.clone());
+            spawner.submit(task);
+            Ok(handle)
+        })
+    }
+}
+
+/// Runs the user's closure on the task's stack and records its result.
+fn run_body<F, T>(f: F, completion: Completion<T>) -> Option<Waiter>
+where
+    F: FnOnce() -> T,
+{
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        // Shutdown unwound this task at a park: `completion`'s drop records the cancellation
+        // and wakes the joiner. No unwind crosses the coroutine's root.
+        Err(payload) if payload.is::<Cancelled>() => None,
+        result => completion.complete(result),
+    }
+}
+
+/// Spawns `f` as a new task on the current runtime, like `std::thread::spawn`.
+///
+/// # Panics
+/// Outside a runtime (see [`Builder::spawn`]), or when no stack can be had.
+#[track_caller]
+pub fn spawn<F, T>(f: F) -> JoinHandle<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    match Builder::new().spawn(f) {
+        Ok(handle) => handle,
+        Err(e) => panic!("weft: failed to spawn task: {e}"),
+    }
+}

@@ -1,0 +1,1 @@
+//! Model checks (loom) and unit tests of cross-module protocols.
