@@ -55,6 +55,8 @@ pub(crate) mod sched;
 pub mod stack;
 #[cfg(not(loom))]
 pub mod task;
+#[cfg(not(loom))]
+pub mod time;
 
 #[cfg(not(loom))]
 pub use sched::{EnterGuard, Handle, Runtime, RuntimeBuilder};

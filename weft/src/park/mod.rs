@@ -56,6 +56,15 @@ pub(crate) fn park_current() {
     }
 }
 
+/// Parks the caller until woken or until `deadline` (invariant 2: callers re-check both their
+/// condition and the clock).
+#[cfg(not(loom))]
+pub(crate) fn park_current_until(deadline: std::time::Instant) {
+    if !crate::sched::park_current_task_until(deadline) {
+        std::thread::park_timeout(deadline.saturating_duration_since(std::time::Instant::now()));
+    }
+}
+
 /// Under loom, every waiter is a model thread.
 #[cfg(loom)]
 #[derive(Debug, Clone)]

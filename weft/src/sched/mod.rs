@@ -28,11 +28,15 @@
 //! new work flowing to every core.
 
 mod idle;
+#[cfg(not(loom))]
+mod io;
+#[cfg(not(loom))]
 mod worker;
 
 #[cfg(not(loom))]
 pub(crate) use worker::{
-    current_task, park_current_task, schedule_woken, suspend_current, with_spawner,
+    current_task, park_current_task, park_current_task_until, schedule_woken, suspend_current,
+    with_spawner,
 };
 
 #[cfg(loom)]

@@ -16,7 +16,7 @@
 //! worker loop).
 
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::panic::Location;
 use std::ptr;
 use std::sync::atomic::{fence, Ordering};
@@ -99,6 +99,25 @@ pub(crate) fn park_current_task() -> bool {
         unwind_if_cancelled(header);
     }
     true
+}
+
+/// Parks the running task until unparked or until `deadline`; false if not in a task.
+///
+/// The deadline is an entry in the home worker's timer map, removed again when the task
+/// returns (so a wait that ends early leaves nothing behind).
+pub(crate) fn park_current_task_until(deadline: Instant) -> bool {
+    let Some(worker) = current_worker() else {
+        return false;
+    };
+    let Some(task) = current_task() else {
+        return false;
+    };
+    let seq = worker.timer_seq.get().wrapping_add(1);
+    worker.timer_seq.set(seq);
+    worker.timers.borrow_mut().insert((deadline, seq), task);
+    let parked = park_current_task();
+    worker.timers.borrow_mut().remove(&(deadline, seq));
+    parked
 }
 
 /// A task cancelled by shutdown unwinds at its park (unless it is already unwinding).
@@ -234,6 +253,9 @@ pub(crate) struct Worker {
     current: Cell<*const Header>,
     tick: Cell<u32>,
     events: RefCell<polling::Events>,
+    /// Deadlines of this worker's parked tasks (time/mod.rs explains the choice of map).
+    timers: RefCell<BTreeMap<(Instant, u64), Task>>,
+    timer_seq: Cell<u64>,
 }
 
 impl Worker {
@@ -253,6 +275,8 @@ impl Worker {
             current: Cell::new(ptr::null()),
             tick: Cell::new(0),
             events: RefCell::new(polling::Events::new()),
+            timers: RefCell::new(BTreeMap::new()),
+            timer_seq: Cell::new(0),
         }
     }
 
@@ -278,6 +302,8 @@ impl Worker {
         let tick = self.tick.get().wrapping_add(1);
         self.tick.set(tick);
         if tick % INJECTOR_INTERVAL == 0 {
+            self.fire_timers();
+            self.poll_io();
             if let Some(task) = self.steal_from_injector() {
                 return Some(task);
             }
@@ -298,6 +324,30 @@ impl Worker {
         drop(ready);
         task.or_else(|| self.steal_from_injector())
             .or_else(|| self.steal_from_workers())
+            .or_else(|| {
+                // Out of work: expired timers and I/O events may make some.
+                self.fire_timers();
+                self.poll_io();
+                self.ready.borrow_mut().pop_front()
+            })
+    }
+
+    /// Unparks the tasks whose deadline passed; returns the next deadline, if any.
+    fn fire_timers(&self) -> Option<Instant> {
+        if self.timers.borrow().is_empty() {
+            return None;
+        }
+        let now = Instant::now();
+        loop {
+            let mut timers = self.timers.borrow_mut();
+            let entry = timers.first_entry()?;
+            if entry.key().0 > now {
+                return Some(entry.key().0);
+            }
+            let task = entry.remove();
+            drop(timers);
+            task.unpark();
+        }
     }
 
     fn steal_from_injector(&self) -> Option<Task> {
@@ -350,6 +400,7 @@ impl Worker {
         let start = Instant::now();
         let mut found = false;
         while start.elapsed() < SPIN {
+            self.fire_timers();
             if self.has_work() {
                 found = true;
                 break;
@@ -364,11 +415,18 @@ impl Worker {
         // SeqCst: pairs with the fence in `Shared::wake_idle_worker` (idle.rs step 3).
         fence(Ordering::SeqCst);
         if !self.has_work() {
-            self.wait(None);
+            let timeout = self
+                .fire_timers()
+                .map(|deadline| deadline.saturating_duration_since(Instant::now()));
+            if timeout != Some(Duration::ZERO) {
+                self.wait(timeout);
+            }
         }
         self.remote.flags.end_sleep();
     }
 
+    /// Waits in the poller (for a notify, an I/O event, or the timeout) and wakes the tasks
+    /// whose I/O became ready.
     fn wait(&self, timeout: Option<Duration>) {
         let mut events = self.events.borrow_mut();
         events.clear();
@@ -376,6 +434,17 @@ impl Worker {
             if e.kind() != std::io::ErrorKind::Interrupted {
                 panic!("weft: worker {} cannot wait in its poller: {e}", self.index);
             }
+        }
+        if !events.is_empty() {
+            super::io::dispatch(&self.remote, &events);
+        }
+    }
+
+    /// Collects I/O events without blocking, when this worker has I/O sources: a busy worker
+    /// must still see its sockets become ready.
+    fn poll_io(&self) {
+        if super::io::has_sources(&self.remote) {
+            self.wait(Some(Duration::ZERO));
         }
     }
 

@@ -256,6 +256,15 @@ pub fn park() {
     crate::park::park_current();
 }
 
+/// Like [`park`], but returns after `timeout` at the latest, like
+/// `std::thread::park_timeout`.
+pub fn park_timeout(timeout: std::time::Duration) {
+    match std::time::Instant::now().checked_add(timeout) {
+        Some(deadline) => crate::park::park_current_until(deadline),
+        None => park(),
+    }
+}
+
 /// Lets the worker run other ready tasks before this one continues. On a plain OS thread this
 /// is `std::thread::yield_now`.
 pub fn yield_now() {

@@ -1,0 +1,64 @@
+//! Sleeping tasks and park deadlines.
+
+use std::time::{Duration, Instant};
+
+#[test]
+fn sleep_parks_the_task_not_the_worker() {
+    let rt = weft::Runtime::builder().workers(1).build().unwrap();
+    let (slept, other) = rt.block_on(|| {
+        let sleeper = weft::spawn(|| {
+            let start = Instant::now();
+            weft::time::sleep(Duration::from_millis(50));
+            start.elapsed()
+        });
+        // On the one worker, this runs while the sleeper sleeps.
+        let other = weft::spawn(|| Instant::now());
+        (sleeper.join().unwrap(), other.join().unwrap())
+    });
+    assert!(slept >= Duration::from_millis(50), "{slept:?}");
+    assert!(slept < Duration::from_secs(2), "{slept:?}");
+    let _ = other;
+}
+
+#[test]
+fn many_sleepers_wake_in_deadline_order() {
+    let rt = weft::Runtime::builder().workers(2).build().unwrap();
+    rt.block_on(|| {
+        let start = Instant::now();
+        let handles: Vec<_> = (0..1000u64)
+            .map(|i| {
+                weft::spawn(move || {
+                    let deadline = start + Duration::from_millis(i % 50);
+                    weft::time::sleep_until(deadline);
+                    Instant::now().duration_since(deadline)
+                })
+            })
+            .collect();
+        for h in handles {
+            let late = h.join().unwrap();
+            assert!(late < Duration::from_millis(500), "woke {late:?} late");
+        }
+    });
+}
+
+#[test]
+fn park_timeout_returns_and_leaves_no_timer_behind() {
+    let rt = weft::Runtime::builder().workers(1).build().unwrap();
+    rt.block_on(|| {
+        let start = Instant::now();
+        weft::task::park_timeout(Duration::from_millis(20));
+        assert!(start.elapsed() >= Duration::from_millis(20));
+        // Early wake: unpark first, then a long timeout returns at once.
+        weft::task::current().unpark();
+        let start = Instant::now();
+        weft::task::park_timeout(Duration::from_secs(30));
+        assert!(start.elapsed() < Duration::from_secs(1));
+    });
+}
+
+#[test]
+fn sleep_on_a_plain_thread_sleeps_the_thread() {
+    let start = Instant::now();
+    weft::time::sleep(Duration::from_millis(10));
+    assert!(start.elapsed() >= Duration::from_millis(10));
+}
