@@ -40,9 +40,13 @@
 
 pub(crate) mod loom;
 
+#[cfg(not(loom))]
+pub mod chan;
 #[cfg(loom)]
 #[path = "task/join.rs"]
 pub(crate) mod join;
+#[cfg(not(loom))]
+pub mod net;
 #[cfg(not(loom))]
 pub mod park;
 #[cfg(loom)]
@@ -53,6 +57,8 @@ pub mod sched;
 pub(crate) mod sched;
 #[cfg(not(loom))]
 pub mod stack;
+#[cfg(not(loom))]
+pub mod sync;
 #[cfg(not(loom))]
 pub mod task;
 #[cfg(not(loom))]

@@ -12,7 +12,7 @@ fn sleep_parks_the_task_not_the_worker() {
             start.elapsed()
         });
         // On the one worker, this runs while the sleeper sleeps.
-        let other = weft::spawn(|| Instant::now());
+        let other = weft::spawn(Instant::now);
         (sleeper.join().unwrap(), other.join().unwrap())
     });
     assert!(slept >= Duration::from_millis(50), "{slept:?}");

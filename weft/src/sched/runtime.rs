@@ -13,7 +13,8 @@
 //! 5. `drop` joins the worker threads.
 
 use std::io;
-use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+use std::panic::Location;
+use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 
@@ -42,6 +43,14 @@ pub(crate) struct Remote {
     pub(crate) woken: Mutex<Vec<Task>>,
     pub(crate) flags: SleepFlags,
     pub(crate) poller: polling::Poller,
+    /// Tasks resumed by this worker so far; a monitor that sees it unchanged for a while knows
+    /// the worker is stuck in one task (Go's `schedtick`, read by `sysmon`).
+    pub(crate) resumes: AtomicU64,
+    /// Id and spawn site of the task being resumed (0 / null between tasks), for the monitor's
+    /// warning. Written by the worker around each resume, Relaxed: a report may be a moment
+    /// stale, never unsafe (a `Location` is `'static`).
+    pub(crate) running_id: AtomicU64,
+    pub(crate) running_site: AtomicPtr<Location<'static>>,
 }
 
 impl Remote {
@@ -132,6 +141,9 @@ impl RuntimeBuilder {
                     woken: Mutex::new(Vec::new()),
                     flags: SleepFlags::new(),
                     poller: polling::Poller::new()?,
+                    resumes: AtomicU64::new(0),
+                    running_id: AtomicU64::new(0),
+                    running_site: AtomicPtr::new(std::ptr::null_mut()),
                 }))
             })
             .collect::<io::Result<Vec<_>>>()?;

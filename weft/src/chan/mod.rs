@@ -1,0 +1,1 @@
+//! Channels: Go's `chan` and `select`, parking tasks (or blocking plain threads).

@@ -1,0 +1,1 @@
+//! Sockets whose blocking calls park the task, not the worker.

@@ -1,0 +1,1 @@
+//! Task-parking locks and barriers: Go's `sync` package.
