@@ -1,0 +1,216 @@
+//! Rendering: text for people, JSON for machines.
+//!
+//! This module owns every byte the commands print on stdout. Text output names no file
+//! paths, section names or build IDs, so the same inputs give the same report whether the
+//! binary is stripped, PIE or neither.
+
+use crate::analyze::{Analysis, Chain, Share};
+use crate::binary::GoBinary;
+use serde::Serialize;
+use std::fmt::Write;
+
+/// Bytes as `N B` or `N.N KiB`/`MiB`.
+pub fn bytes(n: u64) -> String {
+    if n < 1024 {
+        format!("{n} B")
+    } else if n < 1024 * 1024 {
+        format!("{:.1} KiB", n as f64 / 1024.0)
+    } else {
+        format!("{:.1} MiB", n as f64 / (1024.0 * 1024.0))
+    }
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}%", x * 100.0)
+}
+
+#[derive(Serialize)]
+struct FramesJson<'a> {
+    go_version: String,
+    arch: &'static str,
+    functions: usize,
+    frames: Vec<&'a crate::binary::FuncFrame>,
+}
+
+/// The `frames` command's output: functions by frame size, largest first.
+pub fn frames(b: &GoBinary, top: Option<usize>, json: bool) -> String {
+    let mut fs: Vec<_> = b.funcs.iter().collect();
+    fs.sort_by(|x, y| y.frame.cmp(&x.frame).then_with(|| x.name.cmp(&y.name)));
+    fs.truncate(top.unwrap_or(usize::MAX));
+    if json {
+        let j = FramesJson {
+            go_version: b.version_label(),
+            arch: b.arch.name(),
+            functions: b.funcs.len(),
+            frames: fs,
+        };
+        return serde_json::to_string_pretty(&j).unwrap_or_default() + "\n";
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} {}: {} functions; frame = largest pcsp SP delta{}",
+        b.version_label(),
+        b.arch.name(),
+        b.funcs.len(),
+        if b.arch.return_address_size() > 0 {
+            " + return address"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(out, "{:>8} {:>8}  function", "frame", "sp-delta");
+    for f in fs {
+        let _ = writeln!(out, "{:>8} {:>8}  {}", f.frame, f.sp_delta_max, f.name);
+    }
+    out
+}
+
+fn amount(v: i64, unit: &str) -> String {
+    if unit.ends_with("nanoseconds") {
+        format!("{:.2} s", v as f64 / 1e9)
+    } else {
+        format!("{v} {}", unit.rsplit(' ').next().unwrap_or(""))
+    }
+}
+
+fn share_line(label: &str, s: &Share, unit: &str, what: &str) -> String {
+    format!(
+        "{label:<13}{:>6} of CPU ({}, {} samples)  {what}\n",
+        pct(s.share),
+        amount(s.value, unit),
+        s.samples
+    )
+}
+
+/// A chain as `f ← g×3 ← h`.
+pub fn chain_path(c: &Chain) -> String {
+    c.stack
+        .iter()
+        .map(|f| {
+            let mut s = f.function.clone();
+            if f.inlined {
+                s.push_str(" (inlined)");
+            }
+            if f.repeat > 1 {
+                let _ = write!(s, "×{}", f.repeat);
+            }
+            s
+        })
+        .collect::<Vec<_>>()
+        .join(" ← ")
+}
+
+/// The `analyze` command's output.
+pub fn analysis(a: &Analysis, top: usize, json: bool) -> String {
+    if json {
+        return serde_json::to_string_pretty(a).unwrap_or_default() + "\n";
+    }
+    let i = &a.inputs;
+    let unit = &i.sample_type;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "binary   {} {}, {} functions",
+        i.go_version,
+        i.arch.name(),
+        i.functions
+    );
+    let _ = writeln!(
+        out,
+        "profile  {}, {:.2} s, {} samples, {} in all\n",
+        unit,
+        i.duration_seconds,
+        i.samples,
+        amount(i.total_value, unit)
+    );
+    out += &share_line(
+        "stack growth",
+        &a.growth,
+        unit,
+        "morestack/newstack/copystack and below",
+    );
+    out += &share_line("stack shrink", &a.shrink, unit, "shrinkstack and below");
+    let (Some(d), Some(r)) = (a.need, a.recommendation) else {
+        out += "\nno sample reached stack growth: nothing to recommend\n";
+        return out;
+    };
+    let _ = writeln!(
+        out,
+        "\nstack need per growth sample (start reserve {} + frames + guard {}), weighted by CPU:",
+        bytes(a.start_reserve.into()),
+        bytes(a.guard.into())
+    );
+    let _ = writeln!(
+        out,
+        "  p50 {}  p90 {}  p99 {}  max {}",
+        bytes(d.p50),
+        bytes(d.p90),
+        bytes(d.p99),
+        bytes(d.max)
+    );
+    let _ = writeln!(
+        out,
+        "\nrecommended starting stack: {}\n  covers {} of growth samples (need {} = {} B there); \
+         removes {} of growth CPU = {} of all CPU",
+        bytes(r.size),
+        pct(r.coverage),
+        bytes(r.need_at_coverage),
+        r.need_at_coverage,
+        pct(r.removes_growth_share),
+        pct(r.removes_total_share)
+    );
+    let _ = writeln!(
+        out,
+        "\nchains that reached growth: {} ({} cut short by the profiler's depth limit), top {} by CPU:",
+        a.chains.len(),
+        a.truncated_chains,
+        top.min(a.chains.len())
+    );
+    let _ = writeln!(
+        out,
+        "{:>8} {:>8} {:>9} {:>6}  chain (growing function first)",
+        "growth%", "samples", "need B", "depth"
+    );
+    for c in a.chains.iter().take(top) {
+        let _ = writeln!(
+            out,
+            "{:>8} {:>8} {:>9} {:>6}  {}{}",
+            pct(c.growth.share),
+            c.growth.samples,
+            c.need,
+            c.depth,
+            if c.truncated { "[cut] " } else { "" },
+            chain_path(c)
+        );
+    }
+    let _ = writeln!(out, "\nstack hogs on growth chains (largest frames first):");
+    let _ = writeln!(
+        out,
+        "{:>9} {:>6} {:>8}  function",
+        "frame B", "max×", "growth%"
+    );
+    for h in a.hogs.iter().take(top) {
+        let _ = writeln!(
+            out,
+            "{:>9} {:>6} {:>8}  {}",
+            h.frame,
+            h.max_repeat,
+            pct(h.growth.share),
+            h.function
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_bytes() {
+        assert_eq!(bytes(928), "928 B");
+        assert_eq!(bytes(32768), "32.0 KiB");
+        assert_eq!(bytes(3 << 20), "3.0 MiB");
+    }
+}

@@ -1,0 +1,3 @@
+module weft.example/gostack/service
+
+go 1.18
