@@ -212,9 +212,11 @@ impl Profile {
         &self.names[f.func as usize]
     }
 
-    /// Sum of all sample values.
+    /// Sum of all sample values (saturating: values come from untrusted input).
     pub fn total(&self) -> i64 {
-        self.samples.iter().map(|s| s.value).sum()
+        self.samples
+            .iter()
+            .fold(0i64, |a, s| a.saturating_add(s.value))
     }
 }
 
