@@ -43,25 +43,36 @@ fn frames_match_checked_in_objdump_arm64() {
     check("checked-in arm64", &bin, &od);
 }
 
+/// Builds the fixture with the Go toolchain (and with every extra toolchain listed in
+/// `GOSTACK_EXTRA_GO`, colon-separated paths of `go` binaries, to check other Go
+/// versions) for amd64 and arm64, and compares with their `go tool objdump`.
 #[test]
 fn frames_match_live_objdump() {
     let Some(go) = go_or_skip("frames_match_live_objdump") else {
         return;
     };
-    for arch in ["amd64", "arm64"] {
-        let path = go_build(&go, &format!("frames.{arch}"), arch, &["-ldflags=-w"]);
-        let out = std::process::Command::new(&go)
-            .args(["tool", "objdump"])
-            .arg(&path)
+    let mut gos = vec![go];
+    if let Ok(extra) = std::env::var("GOSTACK_EXTRA_GO") {
+        gos.extend(extra.split(':').filter(|s| !s.is_empty()).map(Into::into));
+    }
+    for (n, go) in gos.iter().enumerate() {
+        let version = std::process::Command::new(go)
+            .arg("version")
             .output()
-            .expect("go tool objdump");
-        assert!(out.status.success(), "go tool objdump failed");
-        let bin = GoBinary::parse(&std::fs::read(&path).unwrap()).unwrap();
-        check(
-            &format!("live {arch}"),
-            &bin,
-            &String::from_utf8_lossy(&out.stdout),
-        );
+            .expect("go version");
+        let version = String::from_utf8_lossy(&version.stdout).trim().to_string();
+        for arch in ["amd64", "arm64"] {
+            let path = go_build(go, &format!("frames.{n}.{arch}"), arch, &["-ldflags=-w"]);
+            let out = std::process::Command::new(go)
+                .args(["tool", "objdump"])
+                .arg(&path)
+                .output()
+                .expect("go tool objdump");
+            assert!(out.status.success(), "go tool objdump failed");
+            let bin = GoBinary::parse(&std::fs::read(&path).unwrap()).unwrap();
+            let label = format!("live {version} {arch}");
+            check(&label, &bin, &String::from_utf8_lossy(&out.stdout));
+        }
     }
 }
 
