@@ -423,13 +423,19 @@ pub fn analyze(bin: &GoBinary, profile: &Profile, opts: &Options) -> ParseResult
 }
 
 /// Fails when the profile's functions are not this binary's: more than a tenth of the
-/// distinct sampled functions missing, or any function of a growth chain missing.
+/// distinct sampled functions of the main mapping missing, or any function of a growth
+/// chain missing. Frames of other mappings (shared libraries of cgo programs) are not
+/// looked for.
 fn check_same_binary(profile: &Profile, frames: &Frames<'_>) -> ParseResult<()> {
     let mut seen: HashSet<u32> = HashSet::new();
     let mut missing: Vec<&str> = Vec::new();
     for s in &profile.samples {
         for &f in &s.frames {
-            if !f.inlined && seen.insert(f.func) && frames.get(profile.name(f)).is_none() {
+            if !f.inlined
+                && !f.foreign
+                && seen.insert(f.func)
+                && frames.get(profile.name(f)).is_none()
+            {
                 missing.push(profile.name(f));
             }
         }
@@ -450,7 +456,7 @@ fn check_same_binary(profile: &Profile, frames: &Frames<'_>) -> ParseResult<()> 
             .position(|f| GROWTH.contains(&profile.name(*f)))?;
         s.frames[i..]
             .iter()
-            .find(|f| !f.inlined && frames.get(profile.name(**f)).is_none())
+            .find(|f| !f.inlined && !f.foreign && frames.get(profile.name(**f)).is_none())
     });
     if let Some(f) = growth_missing {
         return Err(Problem::new(format!(
@@ -644,6 +650,15 @@ mod tests {
             e.message().starts_with("profile is not from this binary"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn frames_of_other_mappings_are_not_required() {
+        let cgo: &[&str] = &["libc_read+ext", "libc_x+ext", "main.work", "main.handle"];
+        let g: &[&str] = &["runtime.newstack", "main.recurse", "main.handle"];
+        let p = Profile::parse(&build(&[(cgo, 10), (g, 10)], "")).unwrap();
+        let a = analyze(&sample_bin(), &p, &Options::default()).unwrap();
+        assert_eq!(a.growth.samples, 1);
     }
 
     #[test]
