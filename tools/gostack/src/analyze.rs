@@ -512,6 +512,7 @@ mod tests {
             pclntab_versions: "go1.20+",
             pclntab_location: "test".into(),
             build_id: Some("b1".into()),
+            text_start: 0,
             funcs: funcs
                 .iter()
                 .map(|(n, fr)| FuncFrame {

@@ -95,6 +95,10 @@ pub struct GoBinary {
     pub pclntab_location: String,
     /// GNU build ID (hex), when present; pprof records it for the main mapping.
     pub build_id: Option<String>,
+    /// Address function entries are relative to: the pclntab's `textStart` when the file
+    /// holds it, else the address of the `.text` (`__text`) section; 0 when neither is
+    /// known (recent linkers leave `textStart` for the runtime to fill in).
+    pub text_start: u64,
     /// Every function, in text order.
     pub funcs: Vec<FuncFrame>,
 }
@@ -199,6 +203,16 @@ impl GoBinary {
             pclntab_versions: table.header.go_versions(),
             pclntab_location: location,
             build_id,
+            text_start: match table.header.text_start {
+                0 => file
+                    .as_ref()
+                    .and_then(|f| {
+                        f.section_by_name(".text")
+                            .or_else(|| f.section_by_name("__text"))
+                    })
+                    .map_or(0, |s| s.address()),
+                t => t,
+            },
             funcs,
         })
     }

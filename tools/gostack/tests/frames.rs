@@ -8,8 +8,9 @@ use weft_gostack::binary::GoBinary;
 fn check(label: &str, bin: &GoBinary, objdump: &str) {
     let c = compare(bin, objdump);
     eprintln!(
-        "{label}: {} functions compared, {} matched; Go functions differing: {}; assembly \
-         functions compared {}, differing {}: {:?}",
+        "{label}: {} functions, {} compared, {} matched; Go functions differing: {}; \
+         assembly functions compared {}, differing {}: {:?}",
+        c.functions,
         c.compared,
         c.matched,
         c.go_mismatches.len(),

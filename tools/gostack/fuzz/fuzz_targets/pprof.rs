@@ -25,6 +25,7 @@ fn binary() -> GoBinary {
         pclntab_versions: "go1.20+",
         pclntab_location: "fuzz".into(),
         build_id: None,
+        text_start: 0,
         funcs,
     }
 }

@@ -158,6 +158,8 @@ pub struct Prologue {
     pub name: String,
     /// Source file of its first line; `.s` for assembly.
     pub file: String,
+    /// Entry address (of its first instruction).
+    pub addr: u64,
     /// Frame size the prologue allocates, counted the way `frames` counts (see
     /// [`prologue_frame`]).
     pub frame: u32,
@@ -178,63 +180,72 @@ fn imm(s: &str) -> Option<u32> {
 
 /// The frame a prologue allocates, from its instructions (objdump's Go syntax):
 ///
-/// * amd64: the return address (8) + 8 for `PUSHQ BP` + n of the first `SUBQ $n, SP`
-///   (or `ADDQ $-n, SP`, which the assembler emits for n = 128);
-/// * arm64: n of `MOVD.W R30, -n(RSP)`, or of `SUB $n, RSP, R20` (`SUB R27, RSP, R20`
-///   after `MOVD $n, R27`) once `MOVD R20, RSP` installs it.
+/// * amd64: the return address (8) + 8 for each `PUSHQ` (the frame pointer `BP`, and in
+///   assembly other registers or `PUSHFQ`; the most pushed at once, counting `POPQ`s) + n
+///   of the first `SUBQ $n, SP` (or
+///   `ADDQ $-n, SP`, which the assembler emits for n = 128);
+/// * arm64: n of `MOVD.W R30, -n(RSP)` or `SUB $n, RSP, RSP`, or of `SUB $n, RSP, R20`
+///   (plus `SUB $(a<<b), R20, R20` for big frames; `SUB R27, RSP, R20` after
+///   `MOVD $n, R27` and `MOVK $(m<<16), R27`) once `MOVD R20, RSP` installs it.
 ///
 /// Scanning stops at the first call, return or unconditional jump.
 pub fn prologue_frame(arch: Arch, ins: &[String]) -> u32 {
+    let stop = |i: &str| ["CALL ", "RET", "JMP "].iter().any(|p| i.starts_with(p));
     match arch {
         Arch::Amd64 => {
-            let mut bp = 0;
+            // Running push depth (signed: an assembly function may pop its caller's
+            // word first) and its largest value.
+            let (mut depth, mut pushed) = (0i64, 0u32);
             for i in ins {
-                if i == "PUSHQ BP" {
-                    bp = 8;
-                } else if let Some(n) = i.strip_prefix("SUBQ ").and_then(|r| r.strip_suffix(", SP"))
-                {
-                    if let Some(n) = imm(n) {
-                        return 8 + bp + n;
-                    }
+                if i.starts_with("PUSHQ ") || i == "PUSHFQ" {
+                    depth += 8;
+                    pushed = pushed.max(depth.max(0) as u32);
+                } else if i.starts_with("POPQ ") || i == "POPFQ" {
+                    depth -= 8;
                 } else if let Some(n) = i
-                    .strip_prefix("ADDQ $-")
+                    .strip_prefix("SUBQ ")
+                    .or_else(|| i.strip_prefix("ADDQ $-"))
                     .and_then(|r| r.strip_suffix(", SP"))
+                    .and_then(imm)
                 {
-                    if let Some(n) = imm(n) {
-                        return 8 + bp + n;
-                    }
-                } else if ["CALL ", "RET", "JMP "].iter().any(|p| i.starts_with(p)) {
+                    return 8 + depth.max(0) as u32 + n;
+                } else if stop(i) {
                     break;
                 }
             }
-            8 + bp
+            8 + pushed
         }
         Arch::Arm64 => {
             let mut r27 = None;
-            let mut pending = None;
+            let mut pending: Option<u32> = None;
             for i in ins {
-                if let Some(n) = i
-                    .strip_prefix("MOVD.W R30, -")
-                    .and_then(|r| r.strip_suffix("(RSP)"))
+                let n = |pre: &str, suf: &str| i.strip_prefix(pre)?.strip_suffix(suf).and_then(imm);
+                if let Some(n) = n("MOVD.W R30, -", "(RSP)").or_else(|| n("SUB ", ", RSP, RSP")) {
+                    return n;
+                } else if let Some(v) = n("MOVD ", ", R27") {
+                    r27 = Some(v);
+                } else if let Some(v) = i
+                    .strip_prefix("MOVK $(")
+                    .and_then(|r| r.strip_suffix("<<16), R27"))
+                    .and_then(|a| a.parse::<u32>().ok())
                 {
-                    if let Some(n) = imm(n) {
-                        return n;
-                    }
-                } else if let Some(n) = i
-                    .strip_prefix("MOVD ")
-                    .and_then(|r| r.strip_suffix(", R27"))
+                    r27 = r27.map(|r| r | v << 16);
+                } else if i == "SUB R27, RSP, R20" {
+                    pending = r27;
+                } else if let Some(v) = n("SUB ", ", RSP, R20") {
+                    pending = Some(v);
+                } else if let Some(v) = i
+                    .strip_prefix("SUB $(")
+                    .and_then(|r| r.strip_suffix("), R20, R20"))
+                    .and_then(|r| r.split_once("<<"))
+                    .and_then(|(a, b)| Some(a.parse::<u32>().ok()? << b.parse::<u32>().ok()?))
                 {
-                    r27 = imm(n);
-                } else if let Some(n) = i
-                    .strip_prefix("SUB ")
-                    .and_then(|r| r.strip_suffix(", RSP, R20"))
-                {
-                    pending = if n == "R27" { r27 } else { imm(n) };
+                    pending = pending.map(|p| p + v);
                 } else if i == "MOVD R20, RSP" {
                     if let Some(n) = pending {
                         return n;
                     }
-                } else if ["CALL ", "RET", "JMP "].iter().any(|p| i.starts_with(p)) {
+                } else if stop(i) {
                     break;
                 }
             }
@@ -246,22 +257,34 @@ pub fn prologue_frame(arch: Arch, ins: &[String]) -> u32 {
 /// Parses `go tool objdump` output (whole, or cut to each function's first lines).
 pub fn parse_objdump(text: &str, arch: Arch) -> Vec<Prologue> {
     let mut out = Vec::new();
-    let mut cur: Option<(String, String, Vec<String>)> = None;
-    let finish = |c: Option<(String, String, Vec<String>)>, out: &mut Vec<Prologue>| {
-        if let Some((name, file, ins)) = c {
+    type Cur = (String, String, u64, Vec<String>);
+    let mut cur: Option<Cur> = None;
+    let finish = |c: Option<Cur>, out: &mut Vec<Prologue>| {
+        if let Some((name, file, addr, ins)) = c {
             let frame = prologue_frame(arch, &ins);
-            out.push(Prologue { name, file, frame });
+            out.push(Prologue {
+                name,
+                file,
+                addr,
+                frame,
+            });
         }
     };
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("TEXT ") {
             finish(cur.take(), &mut out);
             let (name, file) = rest.split_once("(SB)").unwrap_or((rest, ""));
-            cur = Some((name.to_string(), file.trim().to_string(), Vec::new()));
-        } else if let Some((_, _, ins)) = cur.as_mut() {
+            cur = Some((name.to_string(), file.trim().to_string(), 0, Vec::new()));
+        } else if let Some((_, _, addr, ins)) = cur.as_mut() {
             // "  file:line  0xaddr  hexbytes  INSTRUCTION operands"
             let toks: Vec<&str> = line.split_whitespace().collect();
             if toks.len() >= 4 && ins.len() < 12 {
+                if ins.is_empty() {
+                    *addr = toks[1]
+                        .strip_prefix("0x")
+                        .and_then(|h| u64::from_str_radix(h, 16).ok())
+                        .unwrap_or(0);
+                }
                 ins.push(toks[3..].join(" "));
             }
         }
@@ -273,7 +296,9 @@ pub fn parse_objdump(text: &str, arch: Arch) -> Vec<Prologue> {
 /// Result of checking `frames` against objdump.
 #[derive(Debug, Default)]
 pub struct Comparison {
-    /// Functions present in both (names unique in both).
+    /// Functions in the pclntab.
+    pub functions: usize,
+    /// Of those, found in objdump (by entry address) and compared.
     pub compared: usize,
     /// Of those, equal frame sizes.
     pub matched: usize,
@@ -285,37 +310,31 @@ pub struct Comparison {
     pub asm_compared: usize,
 }
 
-/// Compares every function's pclntab frame with its objdump prologue.
+/// Compares every function's pclntab frame with its objdump prologue, pairing them by
+/// entry address (names repeat: ABI wrappers share their function's pclntab name).
 pub fn compare(bin: &GoBinary, objdump: &str) -> Comparison {
     use std::collections::HashMap;
-    let pro = parse_objdump(objdump, bin.arch);
-    let mut count: HashMap<&str, usize> = HashMap::new();
-    for p in &pro {
-        *count.entry(&p.name).or_default() += 1;
-    }
-    for f in &bin.funcs {
-        *count.entry(&f.name).or_default() += 10;
-    }
-    let frames: HashMap<&str, u32> = bin
-        .funcs
-        .iter()
-        .map(|f| (f.name.as_str(), f.frame))
+    let pro: HashMap<u64, Prologue> = parse_objdump(objdump, bin.arch)
+        .into_iter()
+        .map(|p| (p.addr, p))
         .collect();
-    let mut c = Comparison::default();
-    for p in &pro {
-        if count.get(p.name.as_str()) != Some(&11) {
+    let mut c = Comparison {
+        functions: bin.funcs.len(),
+        ..Comparison::default()
+    };
+    for f in &bin.funcs {
+        let Some(p) = pro.get(&(bin.text_start + u64::from(f.entry))) else {
             continue;
-        }
-        let ours = frames[p.name.as_str()];
+        };
         let asm = p.file.ends_with(".s");
         c.compared += 1;
         c.asm_compared += usize::from(asm);
-        if ours == p.frame {
+        if f.frame == p.frame {
             c.matched += 1;
         } else if asm {
-            c.asm_mismatches.push((p.name.clone(), ours, p.frame));
+            c.asm_mismatches.push((p.name.clone(), f.frame, p.frame));
         } else {
-            c.go_mismatches.push((p.name.clone(), ours, p.frame));
+            c.go_mismatches.push((p.name.clone(), f.frame, p.frame));
         }
     }
     c
