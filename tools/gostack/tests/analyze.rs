@@ -118,7 +118,6 @@ fn live_profile_of_fixture_service() {
     };
     let plain = go_build(&go, "live.amd64", "amd64", &[]);
     let stripped = go_build(&go, "live.amd64.stripped", "amd64", &["-ldflags=-s -w"]);
-    let pie = go_build(&go, "live.amd64.pie", "amd64", &["-buildmode=pie"]);
     if std::env::consts::ARCH != "x86_64" {
         eprintln!("live_profile_of_fixture_service: skipped: the fixture runs on amd64 only");
         return;
@@ -136,5 +135,7 @@ fn live_profile_of_fixture_service() {
     let p = Profile::parse(&std::fs::read(&profile).unwrap()).unwrap();
     let a = analyze(&bin, &p, &Options::default()).unwrap();
     check_against_truth("live profile", &a, &stdout);
-    assert_same_output(&profile, &[&plain, &stripped, &pie]);
+    // PIE is covered by the checked-in builds; rebuilding the standard library in PIE
+    // mode would add a cold-cache minute to CI.
+    assert_same_output(&profile, &[&plain, &stripped]);
 }
