@@ -4,7 +4,10 @@
 //! `runtime.newstack` (or `runtime.morestack`): the goroutine ran out of stack and the
 //! runtime is allocating a bigger one and copying the old one into it (`copystack`). A
 //! sample is *shrink* when it passes through `runtime.shrinkstack` (the GC halving an
-//! oversized stack) and not through growth.
+//! oversized stack) and not through growth. The runtime also enters `newstack` to
+//! preempt a goroutine at a function prologue (the stack guard is poisoned); those
+//! samples have `gopreempt_m` or `preemptPark` below `newstack`, copy nothing, and are
+//! counted apart as *preemption*.
 //!
 //! For a growth sample, the frames below `newstack`/`morestack` (leaf side) are the
 //! runtime's; the first frame above them is the function whose prologue found the stack
@@ -47,6 +50,8 @@ const GROWTH: [&str; 3] = [
     "runtime.morestack_noctxt",
 ];
 const SHRINK: &str = "runtime.shrinkstack";
+/// Below `newstack`, these mean it was entered to preempt, not to grow.
+const PREEMPT: [&str; 2] = ["runtime.gopreempt_m", "runtime.preemptPark"];
 const ROOT: &str = "runtime.goexit";
 /// Most PCs the runtime's CPU profiler records per sample (`maxCPUProfStack`). A sample
 /// that long whose chain does not end at `runtime.goexit` may have lost its root frames.
@@ -184,6 +189,9 @@ pub struct Analysis {
     pub growth: Share,
     /// CPU in stack shrinking (`shrinkstack` and below).
     pub shrink: Share,
+    /// CPU in prologue preemption through `newstack` (`gopreempt_m`, `preemptPark`):
+    /// not growth, left out of it.
+    pub preempt: Share,
     /// Distribution of needs over growth samples (absent without growth).
     pub need: Option<Distribution>,
     /// Recommended starting stack size (absent without growth).
@@ -267,10 +275,15 @@ pub fn analyze(bin: &GoBinary, profile: &Profile, opts: &Options) -> ParseResult
     let reserve = bin.arch.start_reserve();
     let mut growth = (0i64, 0usize);
     let mut shrink = (0i64, 0usize);
+    let mut preempt = (0i64, 0usize);
     // chain key (frames from the growing function to the root) -> (value, samples, cut)
     let mut chains: HashMap<&[Frame], (i64, usize, bool)> = HashMap::new();
     for s in &profile.samples {
         match s.frames.iter().position(|&f| is(f, &GROWTH)) {
+            Some(i) if s.frames[..i].iter().any(|&f| is(f, &PREEMPT)) => {
+                preempt.0 = preempt.0.saturating_add(s.value);
+                preempt.1 += 1;
+            }
             Some(i) => {
                 growth.0 = growth.0.saturating_add(s.value);
                 growth.1 += 1;
@@ -413,6 +426,7 @@ pub fn analyze(bin: &GoBinary, profile: &Profile, opts: &Options) -> ParseResult
         start_reserve: reserve,
         growth: share(growth.0, growth.1, total),
         shrink: share(shrink.0, shrink.1, total),
+        preempt: share(preempt.0, preempt.1, total),
         need,
         recommendation,
         truncated_chains: out.iter().filter(|c| c.truncated).count(),
@@ -534,6 +548,8 @@ mod tests {
             ("runtime.copystack", 100),
             ("runtime.memmove", 8),
             ("runtime.shrinkstack", 64),
+            ("runtime.gopreempt_m", 32),
+            ("runtime.schedule", 96),
             ("runtime.gcDrain", 64),
             ("main.handle", 64),
             ("main.recurse", 512),
@@ -569,8 +585,21 @@ mod tests {
             "runtime.shrinkstack",
             "runtime.gcDrain",
         ];
+        let preempt: &[&str] = &[
+            "runtime.schedule",
+            "runtime.gopreempt_m",
+            "runtime.newstack",
+            "main.work",
+            "main.handle",
+        ];
         let p = Profile::parse(&build(
-            &[(leaf, 60), (mid, 20), (other, 15), (shrink, 5)],
+            &[
+                (leaf, 60),
+                (mid, 20),
+                (other, 12),
+                (shrink, 5),
+                (preempt, 3),
+            ],
             "b1",
         ))
         .unwrap();
@@ -578,6 +607,7 @@ mod tests {
         assert_eq!(a.growth.value, 80);
         assert!((a.growth.share - 0.8).abs() < 1e-9);
         assert_eq!(a.shrink.value, 5);
+        assert_eq!(a.preempt.value, 3);
         assert_eq!(a.chains.len(), 2);
         let c = &a.chains[0];
         assert_eq!(c.grew, "main.leaf");
