@@ -119,7 +119,10 @@ fn live_profile_of_fixture_service() {
     let plain = go_build(&go, "live.amd64", "amd64", &[]);
     let stripped = go_build(&go, "live.amd64.stripped", "amd64", &["-ldflags=-s -w"]);
     if std::env::consts::ARCH != "x86_64" {
-        eprintln!("live_profile_of_fixture_service: skipped: the fixture runs on amd64 only");
+        skip(
+            "live_profile_of_fixture_service",
+            "the fixture service is run on x86_64 hosts only",
+        );
         return;
     }
     let profile = plain.with_file_name("live.cpu.pprof");
