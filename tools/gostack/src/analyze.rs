@@ -130,7 +130,7 @@ pub struct Recommendation {
 }
 
 /// A run of identical frames in a chain (recursion shows as one run).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct ChainFrame {
     /// Function name.
     pub function: String,
@@ -362,7 +362,7 @@ pub fn analyze(bin: &GoBinary, profile: &Profile, opts: &Options) -> ParseResult
             .cmp(&a.growth.value)
             .then(b.need.cmp(&a.need))
             .then_with(|| a.stack.len().cmp(&b.stack.len()))
-            .then_with(|| a.grew.cmp(&b.grew))
+            .then_with(|| a.stack.cmp(&b.stack))
     });
 
     let weighted: Vec<(u64, i64)> = out.iter().map(|c| (c.need, c.growth.value)).collect();
@@ -681,6 +681,28 @@ mod tests {
             e.message().starts_with("profile is not from this binary"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn chain_order_is_total() {
+        let a: &[&str] = &[
+            "runtime.newstack",
+            "main.recurse",
+            "main.work",
+            "main.handle",
+        ];
+        let b: &[&str] = &[
+            "runtime.newstack",
+            "main.recurse",
+            "main.handle",
+            "main.work",
+        ];
+        for order in [[a, b], [b, a]] {
+            let p = Profile::parse(&build(&[(order[0], 5), (order[1], 5)], "")).unwrap();
+            let r = analyze(&sample_bin(), &p, &Options::default()).unwrap();
+            assert_eq!(r.chains[0].need, r.chains[1].need);
+            assert_eq!(r.chains[0].stack[1].function, "main.handle");
+        }
     }
 
     #[test]
