@@ -38,6 +38,7 @@ pub(crate) struct Shared {
 }
 
 /// What other threads may touch of one worker.
+#[allow(dead_code)] // `resumes` and `running_*` are for the stuck-worker monitor.
 pub(crate) struct Remote {
     pub(crate) index: usize,
     pub(crate) woken: Mutex<Vec<Task>>,

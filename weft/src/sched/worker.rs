@@ -19,7 +19,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
 use std::panic::Location;
 use std::ptr;
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -411,13 +411,19 @@ impl Worker {
         if found {
             return;
         }
+        // Going to sleep: give back the stack memory of a past burst, step by step, waking up
+        // for the next step (stack/mod.rs, "Warm slots").
+        let trim_due = stack::trim_idle();
+        // idle.rs step 3 (the fence is inside).
         self.remote.flags.prepare_sleep();
-        // SeqCst: pairs with the fence in `Shared::wake_idle_worker` (idle.rs step 3).
-        fence(Ordering::SeqCst);
         if !self.has_work() {
-            let timeout = self
+            let timer_due = self
                 .fire_timers()
                 .map(|deadline| deadline.saturating_duration_since(Instant::now()));
+            let timeout = match (timer_due, trim_due) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             if timeout != Some(Duration::ZERO) {
                 self.wait(timeout);
             }
