@@ -176,14 +176,38 @@ impl RuntimeBuilder {
 }
 
 fn workers_from_env() -> io::Result<usize> {
-    match std::env::var("WEFT_WORKERS") {
-        Ok(value) => value.trim().parse().map_err(|_| {
+    parse_workers(std::env::var("WEFT_WORKERS").ok())
+}
+
+/// `WEFT_WORKERS`, or the available parallelism when it is unset.
+fn parse_workers(value: Option<String>) -> io::Result<usize> {
+    match value {
+        Some(value) => value.trim().parse().map_err(|_| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("weft: WEFT_WORKERS={value:?} is not a number of workers"),
             )
         }),
-        Err(_) => Ok(thread::available_parallelism().map_or(1, |n| n.get())),
+        None => Ok(thread::available_parallelism().map_or(1, |n| n.get())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weft_workers_overrides_the_parallelism() {
+        assert_eq!(parse_workers(Some(" 3 ".into())).unwrap(), 3);
+        assert!(parse_workers(None).unwrap() >= 1);
+        let err = parse_workers(Some("many".into())).unwrap_err();
+        assert!(err.to_string().contains("WEFT_WORKERS"), "{err}");
+    }
+
+    #[test]
+    fn zero_workers_is_an_error() {
+        let err = Runtime::builder().workers(0).build().unwrap_err();
+        assert!(err.to_string().contains("at least one worker"), "{err}");
     }
 }
 

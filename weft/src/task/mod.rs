@@ -357,6 +357,27 @@ where
 
 /// Spawns `f` as a new task on the current runtime, like `std::thread::spawn`.
 ///
+/// The closure must be `Send`: a task that has not started may be stolen by any worker. Once
+/// started, it stays on its worker's thread, so it may hold `!Send` values across parks:
+///
+/// ```
+/// let n = weft::run(|| {
+///     weft::spawn(|| {
+///         let shared = std::rc::Rc::new(5); // not Send, held across a yield
+///         weft::yield_now();
+///         *shared
+///     })
+///     .join()
+///     .unwrap()
+/// });
+/// assert_eq!(n, 5);
+/// ```
+///
+/// ```compile_fail
+/// let shared = std::rc::Rc::new(5);
+/// weft::run(move || weft::spawn(move || *shared).join().unwrap());
+/// ```
+///
 /// # Panics
 /// Outside a runtime (see [`Builder::spawn`]), or when no stack can be had.
 #[track_caller]
