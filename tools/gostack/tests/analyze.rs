@@ -63,6 +63,16 @@ fn checked_in_profile_need_is_within_5_percent_of_truth() {
     assert!(a.build_id_note.is_none(), "{:?}", a.build_id_note);
 }
 
+#[test]
+fn checked_in_arm64_profile_need_is_within_5_percent_of_truth() {
+    let bin = GoBinary::parse(&read_fixture("service.arm64.gz")).unwrap();
+    let p = Profile::parse(&read_fixture("cpu.arm64.pprof")).unwrap();
+    let a = analyze(&bin, &p, &Options::default()).unwrap();
+    assert_eq!(a.start_reserve, 48);
+    let out = String::from_utf8(read_fixture("service.arm64.out")).unwrap();
+    check_against_truth("checked-in arm64 profile (qemu-user)", &a, &out);
+}
+
 fn analyze_cli(bin: &Path, profile: &Path, json: bool) -> String {
     let mut args: Vec<&OsStr> = vec![
         "analyze".as_ref(),

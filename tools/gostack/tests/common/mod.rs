@@ -131,8 +131,9 @@ pub fn go_or_skip(test: &str) -> Option<PathBuf> {
     go_toolchain().map_err(|reason| skip(test, &reason)).ok()
 }
 
-/// Builds the fixture service with `go build -trimpath <flags>` for `goarch` into the
-/// scratch folder.
+/// Builds the fixture service with `go build -trimpath -buildvcs=false <flags>` for
+/// `goarch` into the scratch folder (no VCS stamp: the same source gives the same bytes
+/// in any checkout).
 pub fn go_build(go: &Path, out: &str, goarch: &str, flags: &[&str]) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("gostack-go");
     std::fs::create_dir_all(&dir).unwrap();
@@ -145,7 +146,7 @@ pub fn go_build(go: &Path, out: &str, goarch: &str, flags: &[&str]) -> PathBuf {
         .env("CGO_ENABLED", "0")
         .env("GOOS", "linux")
         .env("GOARCH", goarch)
-        .args(["build", "-trimpath"])
+        .args(["build", "-trimpath", "-buildvcs=false"])
         .args(flags)
         .arg("-o")
         .arg(&path)
