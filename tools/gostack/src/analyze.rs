@@ -264,6 +264,12 @@ pub fn analyze(bin: &GoBinary, profile: &Profile, opts: &Options) -> ParseResult
     let is = |f: Frame, names: &[&str]| names.contains(&profile.name(f));
     let total = profile.total();
 
+    let (kind, unit) = &profile.sample_type;
+    if kind != "cpu" && kind != "samples" {
+        return Err(Problem::new(format!(
+            "not a CPU profile: its samples count {kind} ({unit}); take one with runtime/pprof.StartCPUProfile"
+        )));
+    }
     check_same_binary(profile, &frames)?;
     let build_id_note = match (&profile.main_build_id, &bin.build_id) {
         (Some(p), Some(b)) if p != b => Some(format!(
