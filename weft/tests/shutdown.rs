@@ -89,3 +89,12 @@ fn a_task_that_parks_while_unwinding_is_woken_by_its_peer() {
     drop(rt);
     assert!(cancelled(a.join()));
 }
+
+#[test]
+fn spawning_on_a_dropped_runtime_cancels_at_once() {
+    let rt = weft::Runtime::builder().workers(1).build().unwrap();
+    let handle = rt.handle();
+    drop(rt);
+    let joined = handle.spawn(|| 1).join();
+    assert!(joined.is_err());
+}

@@ -74,6 +74,17 @@ impl Remote {
 }
 
 impl Shared {
+    /// Cancels every never-started task left in the injector (shutdown step 2).
+    fn cancel_injected(&self) {
+        loop {
+            match self.injector.steal() {
+                crossbeam_deque::Steal::Success(task) => worker::cancel_unstarted(&task),
+                crossbeam_deque::Steal::Empty => return,
+                crossbeam_deque::Steal::Retry => {}
+            }
+        }
+    }
+
     /// After new work was published in a stealable queue: wake one sleeping worker, unless one
     /// is already spinning (idle.rs).
     pub(crate) fn wake_idle_worker(&self, except: Option<usize>) {
@@ -283,8 +294,7 @@ impl Drop for Runtime {
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
-        // Whatever never started and is still queued is dropped here: its joiner gets Err.
-        while !self.shared.injector.steal().is_empty() {}
+        self.shared.cancel_injected();
     }
 }
 
@@ -323,6 +333,12 @@ impl Handle {
 
     pub(crate) fn submit(&self, task: Task) {
         self.shared.injector.push(task);
+        if self.shared.shutdown.load(Ordering::SeqCst) {
+            // The runtime is shutting down or gone: no worker may take it. Whoever drains
+            // first (here or in `Runtime::drop`) cancels it, so its joiner is told.
+            self.shared.cancel_injected();
+            return;
+        }
         self.shared.wake_idle_worker(None);
     }
 }
