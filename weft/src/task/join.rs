@@ -19,6 +19,7 @@
 //! Checked by `src/tests/loom_join.rs`.
 
 use std::cell::UnsafeCell;
+#[cfg(not(loom))]
 use std::fmt;
 use std::thread;
 
