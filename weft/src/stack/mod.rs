@@ -181,7 +181,13 @@ struct PoolInner {
     end: usize,
     /// When excess warm slots were last released.
     last_trim: Option<Instant>,
+    /// Slots returned since the clock was last read: `trim` reads it once per
+    /// [`TRIM_CHECK_EVERY`] returns, not at each (a clock read is ≈25 ns).
+    puts: u32,
 }
+
+/// Returns between two looks at the trim clock.
+const TRIM_CHECK_EVERY: u32 = 64;
 
 static POOLS: OnceLock<Vec<SlotPool>> = OnceLock::new();
 
@@ -243,7 +249,8 @@ impl SlotPool {
         std::mem::forget(slot);
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         inner.warm.push_back(start);
-        if inner.warm.len() > SHARED_WARM_SLOTS {
+        inner.puts = inner.puts.wrapping_add(1);
+        if inner.warm.len() > SHARED_WARM_SLOTS && inner.puts % TRIM_CHECK_EVERY == 0 {
             self.trim(inner);
         }
     }
