@@ -78,10 +78,16 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(200_000);
-    let go = peers::run_go(
-        "chan_pingpong",
-        &[format!("-n={n}"), format!("-rounds={ROUNDS}")],
-    );
+    // WEFT_BENCH_ONLY=weft skips the peers (for profiling).
+    let only_weft = std::env::var("WEFT_BENCH_ONLY").is_ok_and(|v| v == "weft");
+    let go = if only_weft {
+        Err("WEFT_BENCH_ONLY=weft".to_string())
+    } else {
+        peers::run_go(
+            "chan_pingpong",
+            &[format!("-n={n}"), format!("-rounds={ROUNDS}")],
+        )
+    };
     if let Err(reason) = &go {
         println!("go: skipped: {reason}");
     }
@@ -93,7 +99,11 @@ fn main() {
     let mut json = Vec::new();
     for workers in [1usize, 2] {
         let weft = median((0..ROUNDS).map(|_| weft_round(workers, n)).collect());
-        let tokio = median((0..ROUNDS).map(|_| tokio_round(workers, n)).collect());
+        let tokio = if only_weft {
+            f64::NAN
+        } else {
+            median((0..ROUNDS).map(|_| tokio_round(workers, n)).collect())
+        };
         let go_ns = go
             .as_ref()
             .ok()

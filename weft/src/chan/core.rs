@@ -4,11 +4,12 @@
 //!
 //! Owns: [`Chan`] — its buffer, its two wait queues and its timer, all behind `Chan::state`
 //! (a short, never-parked-in lock); [`Selector`] — the state word and the waiter of one blocked
-//! operation or `select!`; [`Entry`] — one arm of a blocked operation queued in one channel,
-//! with the slot a value is handed over in.
+//! operation or `select!`, on the blocked party's stack; [`Entry`] — one arm of a blocked
+//! operation queued in one channel, with the slot a value is handed over in: on the blocked
+//! party's stack for a single operation (no allocation), boxed for a `select!` arm.
 //!
 //! ```text
-//!   Selector state:  WAITING ──peer: claim (CAS)──► CLAIMED ──peer: write slot, store──► SELECTED+arm
+//!   Selector state:  WAITING ──peer: claim (CAS)──► CLAIMED ──peer: slot, wake, store──► SELECTED+arm
 //!                       └──────owner: abort (CAS)──► ABORTED
 //! ```
 //!
@@ -16,13 +17,18 @@
 //! 1. An entry's slot is touched by its owner before it is queued (a send puts its value
 //!    in), by the one peer whose CAS moved its selector WAITING → CLAIMED (until that peer
 //!    stores SELECTED), and by its owner again after it saw SELECTED (Acquire) or after its own
-//!    abort succeeded. These never overlap, so the slot needs no lock of its own.
+//!    abort succeeded. These never overlap, so the slot needs no lock of its own. The peer's
+//!    SELECTED store is its last touch of the entry and of the selector: it fills the slot
+//!    under the channel lock, unlocks, wakes the owner, then stores SELECTED; an owner that
+//!    sees CLAIMED spins instead of parking (the peer is running, never parked, in that
+//!    window), so the owner's stack frame outlives every peer access.
 //! 2. A selector leaves WAITING once: selected by exactly one peer (so a value is handed over
 //!    at most once and to at most one arm), or aborted by its owner (then no peer touches any
 //!    of its entries again; the owner takes a send value back).
 //! 3. Entries are queued and claimed under their channel's lock; a claimer pops the entry it
 //!    claimed. An entry whose selector is no longer WAITING is stale: anyone may drop it from a
-//!    queue, and its owner removes whatever is left after its wait ends.
+//!    queue, and its owner removes whatever is left after its wait ends — also when the wait
+//!    unwinds (a task cancelled at shutdown) — so a queue never points at a dead frame.
 //! 4. A party publishes its entry under the lock after finding the operation not ready under
 //!    the same lock, and then parks in a loop on its selector's state: a peer that arrives later
 //!    finds the entry, so no wakeup is lost.
@@ -39,14 +45,18 @@
 //! uncontended lock costs ≈ 2 atomic operations here, and every cross-thread step (queueing,
 //! close, select registration and abort) stays small enough for loom to check exhaustively
 //! (`src/tests/loom_chan.rs`). A woken party does not retake the lock: the peer hands the value
-//! over through the entry's slot (invariant 1).
+//! over through the entry's slot (invariant 1). Why entries on the stack: a park + wake round
+//! trip is the ping-pong benchmark's whole cost, and two allocations and their reference
+//! counts were a third of it; a task's stack never moves, so a pointer to it is stable.
 
 use std::cell::UnsafeCell;
 use std::collections::VecDeque;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::ptr;
 use std::time::{Duration, Instant};
 
 use crate::loom::sync::atomic::{AtomicUsize, Ordering};
-use crate::loom::sync::{Arc, Mutex, MutexGuard};
+use crate::loom::sync::{Mutex, MutexGuard};
 use crate::park::Waiter;
 
 /// Nobody has completed this operation yet; peers may claim it, the owner may abort it.
@@ -58,7 +68,8 @@ const CLAIMED: usize = 2;
 /// `SELECTED + arm`: the operation of arm `arm` completed (or its channel closed).
 const SELECTED: usize = 3;
 
-/// One blocked operation or `select!`: who to wake, and whether and how it completed.
+/// One blocked operation or `select!`: who to wake, and whether and how it completed. Lives on
+/// the blocked party's stack (invariant 1).
 #[derive(Debug)]
 #[doc(hidden)]
 pub struct Selector {
@@ -67,25 +78,29 @@ pub struct Selector {
 }
 
 impl Selector {
-    pub(crate) fn new() -> Arc<Selector> {
-        Arc::new(Selector {
+    pub(crate) fn new() -> Selector {
+        Selector {
             state: AtomicUsize::new(WAITING),
             waiter: Waiter::current(),
-        })
+        }
     }
 
     /// A peer, under the channel lock: takes the right to complete this selector (invariant 2).
     fn claim(&self) -> bool {
-        // Acquire: pairs with the owner's queueing under the lock (already ordered by it) and
-        // with nothing else; the slot write that follows is published by `complete`'s Release.
+        // Relaxed is enough: the entry was published to us by the channel lock, and what we
+        // hand over is published by `complete`'s Release.
         self.state
-            .compare_exchange(WAITING, CLAIMED, Ordering::Acquire, Ordering::Relaxed)
+            .compare_exchange(WAITING, CLAIMED, Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
     }
 
-    /// The claimer, after handing over: arm `arm` completed.
+    /// The claimer, after filling the slot and unlocking the channel: wakes the owner, then
+    /// marks arm `arm` completed. The store is the claimer's last touch of the selector
+    /// (invariant 1).
     fn complete(&self, arm: usize) {
-        // Release: publishes the claimer's slot write; pairs with the Acquire in `selected`.
+        wake_by_ref(&self.waiter);
+        // Release: publishes the claimer's slot write; pairs with the Acquire in `selected`
+        // and in `abort`.
         self.state.store(SELECTED + arm, Ordering::Release);
     }
 
@@ -93,16 +108,24 @@ impl Selector {
         self.state.load(Ordering::Relaxed) == WAITING
     }
 
-    /// The owner: which arm completed, if one has.
+    /// The owner: `Some(arm)` if arm `arm` completed; `None` if still waiting. Spins through
+    /// the short CLAIMED window (invariant 1).
     pub(crate) fn selected(&self) -> Option<usize> {
-        // Acquire: pairs with the Release in `complete` (invariant 1: the slot is ours now).
-        let state = self.state.load(Ordering::Acquire);
-        state.checked_sub(SELECTED)
+        let mut spins = 0;
+        loop {
+            // Acquire: pairs with the Release in `complete` (invariant 1: the slot is ours).
+            match self.state.load(Ordering::Acquire) {
+                WAITING | ABORTED => return None,
+                CLAIMED => spin(&mut spins),
+                state => return Some(state - SELECTED),
+            }
+        }
     }
 
     /// The owner: gives up waiting. `Ok` if no peer can complete it any more; `Err(arm)` if a
     /// peer already did (the owner must then take that arm's result).
     pub(crate) fn abort(&self) -> Result<(), usize> {
+        let mut spins = 0;
         loop {
             // Acquire on failure: pairs with `complete`'s Release when we read SELECTED.
             match self.state.compare_exchange(
@@ -112,52 +135,68 @@ impl Selector {
                 Ordering::Acquire,
             ) {
                 Ok(_) => return Ok(()),
-                Err(CLAIMED) => spin(), // the claimer holds a lock and never parks there
+                Err(CLAIMED) => spin(&mut spins), // the claimer is running (invariant 1)
                 Err(state) => return Err(state - SELECTED),
             }
         }
     }
-
-    fn wake(&self) {
-        #[cfg(not(loom))]
-        self.waiter.wake_by_ref();
-        #[cfg(loom)]
-        self.waiter.clone().wake();
-    }
 }
 
 #[cfg(not(loom))]
-fn spin() {
-    std::hint::spin_loop();
+fn wake_by_ref(waiter: &Waiter) {
+    waiter.wake_by_ref();
 }
 
 #[cfg(loom)]
-fn spin() {
+fn wake_by_ref(waiter: &Waiter) {
+    waiter.clone().wake();
+}
+
+/// Waits out a CLAIMED window: the claimer is running (invariant 1), but its OS thread may
+/// have been preempted, so after a while give the CPU away.
+#[cfg(not(loom))]
+fn spin(spins: &mut u32) {
+    *spins += 1;
+    if *spins < 100 {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
+
+#[cfg(loom)]
+fn spin(_: &mut u32) {
     loom::thread::yield_now();
 }
 
 /// One arm of a blocked operation, queued in one channel.
 pub(crate) struct Entry<T> {
-    sel: Arc<Selector>,
+    sel: *const Selector,
     arm: usize,
     /// A send's value until taken; a receive's value once handed over (invariant 1).
     slot: UnsafeCell<Option<T>>,
 }
 
-// SAFETY: the slot is handed between threads by the selector protocol (invariant 1): one
-// party touches it at a time, and the hand-overs are Release/Acquire pairs or lock handovers.
-// `T: Send` because the value moves between threads.
-unsafe impl<T: Send> Sync for Entry<T> {}
-// SAFETY: as above.
-unsafe impl<T: Send> Send for Entry<T> {}
-
 impl<T> Entry<T> {
-    pub(crate) fn new(sel: &Arc<Selector>, arm: usize, value: Option<T>) -> Arc<Entry<T>> {
-        Arc::new(Entry {
-            sel: sel.clone(),
+    pub(crate) fn new(sel: &Selector, arm: usize, value: Option<T>) -> Entry<T> {
+        Entry {
+            sel,
             arm,
             slot: UnsafeCell::new(value),
-        })
+        }
+    }
+
+    fn handoff(&self) -> Handoff {
+        Handoff {
+            sel: self.sel,
+            arm: self.arm,
+        }
+    }
+
+    fn sel(&self) -> &Selector {
+        // SAFETY: the selector outlives its entries: both live in the owner's frame (or the
+        // entries in boxes it frees) until every entry has left every queue (invariant 3).
+        unsafe { &*self.sel }
     }
 
     /// The owner takes the slot's content.
@@ -171,6 +210,42 @@ impl<T> Entry<T> {
     }
 }
 
+/// A claimed entry whose owner still has to be told: done after the channel lock is released,
+/// so the owner never wakes into a lock its waker holds.
+#[must_use = "a claimed entry must be completed, or its owner waits forever"]
+struct Handoff {
+    sel: *const Selector,
+    arm: usize,
+}
+
+impl Handoff {
+    fn finish(self) {
+        // SAFETY: invariant 1: the owner of a CLAIMED selector waits (spinning) for this
+        // completion, so its frame is alive.
+        unsafe { &*self.sel }.complete(self.arm);
+    }
+}
+
+fn finish(handoff: Option<Handoff>) {
+    if let Some(handoff) = handoff {
+        handoff.finish();
+    }
+}
+
+/// A queued entry: a pointer into a blocked party's frame (or box).
+struct Queued<T>(*const Entry<T>);
+
+// SAFETY: a `Queued` is only dereferenced under its channel's lock while the entry is alive
+// (invariant 3); the value it carries moves between threads, hence `T: Send`.
+unsafe impl<T: Send> Send for Queued<T> {}
+
+impl<T> Queued<T> {
+    fn entry(&self) -> &Entry<T> {
+        // SAFETY: invariant 3: an entry stays alive while it is queued, and we hold the lock.
+        unsafe { &*self.0 }
+    }
+}
+
 /// What a timer channel (`time::after`, `time::tick`) produces, and when.
 pub(crate) struct Timer<T> {
     next: Instant,
@@ -181,8 +256,8 @@ pub(crate) struct Timer<T> {
 struct State<T> {
     buf: VecDeque<T>,
     cap: usize,
-    senders: VecDeque<Arc<Entry<T>>>,
-    receivers: VecDeque<Arc<Entry<T>>>,
+    senders: VecDeque<Queued<T>>,
+    receivers: VecDeque<Queued<T>>,
     /// Every sender is gone: receivers drain the buffer, then see the channel closed.
     tx_gone: bool,
     /// Every receiver is gone: sends give their value back.
@@ -226,54 +301,49 @@ pub(crate) enum RecvOutcome<T> {
 }
 
 /// Pops the first entry of `queue` that can be claimed, skipping `me`'s own entries and
-/// dropping stale ones (invariant 3). The returned entry is CLAIMED: finish with `complete`.
-fn claim_peer<T>(
-    queue: &mut VecDeque<Arc<Entry<T>>>,
-    me: Option<&Arc<Selector>>,
-) -> Option<Arc<Entry<T>>> {
+/// dropping stale ones (invariant 3). The returned entry is CLAIMED: fill its slot, then
+/// finish its handoff after unlocking.
+fn claim_peer<T>(queue: &mut VecDeque<Queued<T>>, me: *const Selector) -> Option<&Entry<T>> {
     let mut i = 0;
     while i < queue.len() {
-        let entry = &queue[i];
-        if me.is_some_and(|me| Arc::ptr_eq(me, &entry.sel)) {
+        let entry = queue[i].entry();
+        if ptr::eq(entry.sel, me) {
             i += 1;
             continue;
         }
-        let claimed = entry.sel.claim();
-        let entry = queue.remove(i).expect("index is in bounds");
+        let claimed = entry.sel().claim();
+        let queued = queue.remove(i).expect("index is in bounds");
         if claimed {
-            return Some(entry);
+            // SAFETY: invariant 1: claimed entries stay alive until their SELECTED store.
+            return Some(unsafe { &*queued.0 });
         }
     }
     None
 }
 
 /// True if `queue` holds an entry of another party that is still waiting.
-fn has_peer<T>(queue: &VecDeque<Arc<Entry<T>>>, me: &Arc<Selector>) -> bool {
-    queue
-        .iter()
-        .any(|e| !Arc::ptr_eq(me, &e.sel) && e.sel.is_waiting())
+fn has_peer<T>(queue: &VecDeque<Queued<T>>, me: *const Selector) -> bool {
+    queue.iter().any(|q| {
+        let entry = q.entry();
+        !ptr::eq(entry.sel, me) && entry.sel().is_waiting()
+    })
 }
 
-fn remove_entry<T>(queue: &mut VecDeque<Arc<Entry<T>>>, entry: &Arc<Entry<T>>) {
-    if let Some(i) = queue.iter().position(|e| Arc::ptr_eq(e, entry)) {
+fn remove_entry<T>(queue: &mut VecDeque<Queued<T>>, entry: *const Entry<T>) {
+    if let Some(i) = queue.iter().position(|q| ptr::eq(q.0, entry)) {
         queue.remove(i);
     }
 }
 
 impl<T> State<T> {
-    fn try_send(
-        &mut self,
-        value: T,
-        me: Option<&Arc<Selector>>,
-    ) -> (TrySend<T>, Option<Arc<Entry<T>>>) {
+    fn try_send(&mut self, value: T, me: *const Selector) -> (TrySend<T>, Option<Handoff>) {
         if self.rx_gone {
             return (TrySend::Disconnected(value), None);
         }
         if let Some(peer) = claim_peer(&mut self.receivers, me) {
-            // SAFETY: invariant 1: we claimed `peer`, so its slot is ours until `complete`.
+            // SAFETY: invariant 1: we claimed `peer`, so its slot is ours until the handoff.
             unsafe { *peer.slot.get() = Some(value) };
-            peer.sel.complete(peer.arm);
-            return (TrySend::Sent, Some(peer));
+            return (TrySend::Sent, Some(peer.handoff()));
         }
         if self.buf.len() < self.cap {
             self.buf.push_back(value);
@@ -282,24 +352,22 @@ impl<T> State<T> {
         (TrySend::Full(value), None)
     }
 
-    fn try_recv(&mut self, me: Option<&Arc<Selector>>) -> (TryRecv<T>, Option<Arc<Entry<T>>>) {
+    fn try_recv(&mut self, me: *const Selector) -> (TryRecv<T>, Option<Handoff>) {
         if let Some(value) = self.buf.pop_front() {
             // A slot freed up: move one blocked sender's value into the buffer (Go does too).
-            let peer = claim_peer(&mut self.senders, me);
-            if let Some(peer) = &peer {
-                // SAFETY: invariant 1: claimed, so the slot is ours until `complete`.
+            let handoff = claim_peer(&mut self.senders, me).map(|peer| {
+                // SAFETY: invariant 1: claimed, so the slot is ours until the handoff.
                 let moved = unsafe { (*peer.slot.get()).take() };
                 self.buf.extend(moved);
-                peer.sel.complete(peer.arm);
-            }
-            return (TryRecv::Got(value), peer);
+                peer.handoff()
+            });
+            return (TryRecv::Got(value), handoff);
         }
         if let Some(peer) = claim_peer(&mut self.senders, me) {
-            // SAFETY: invariant 1: claimed, so the slot is ours until `complete`.
+            // SAFETY: invariant 1: claimed, so the slot is ours until the handoff.
             let value = unsafe { (*peer.slot.get()).take() };
-            peer.sel.complete(peer.arm);
             let value = value.expect("weft: a blocked sender's entry held no value");
-            return (TryRecv::Got(value), Some(peer));
+            return (TryRecv::Got(value), Some(peer.handoff()));
         }
         if let Some(value) = self.fire_timer() {
             return (TryRecv::Got(value), None);
@@ -331,7 +399,7 @@ impl<T> State<T> {
         Some(value)
     }
 
-    fn recv_ready(&self, me: &Arc<Selector>) -> bool {
+    fn recv_ready(&self, me: *const Selector) -> bool {
         !self.buf.is_empty()
             || has_peer(&self.senders, me)
             || self.tx_gone
@@ -341,16 +409,16 @@ impl<T> State<T> {
                 .is_some_and(|t| t.next <= Instant::now())
     }
 
-    fn send_ready(&self, me: &Arc<Selector>) -> bool {
+    fn send_ready(&self, me: *const Selector) -> bool {
         self.rx_gone || self.buf.len() < self.cap || has_peer(&self.receivers, me)
     }
 }
 
-/// Wakes the peer an operation completed, after the lock is released.
-fn wake<T>(peer: Option<Arc<Entry<T>>>) {
-    if let Some(peer) = peer {
-        peer.sel.wake();
-    }
+/// Which wait queue of a channel.
+#[derive(Clone, Copy)]
+enum Side {
+    Senders,
+    Receivers,
 }
 
 impl<T> Chan<T> {
@@ -388,8 +456,8 @@ impl<T> Chan<T> {
     }
 
     fn lock(&self) -> MutexGuard<'_, State<T>> {
-        // A panic never happens while the lock is held (no user code runs under it), so a
-        // poisoned lock is still consistent.
+        // No user code runs under the lock and nothing in it panics on a consistent state, so
+        // a poisoned lock is still consistent.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -402,15 +470,49 @@ impl<T> Chan<T> {
     }
 
     pub(crate) fn try_send(&self, value: T) -> TrySend<T> {
-        let (result, peer) = self.lock().try_send(value, None);
-        wake(peer);
+        let (result, handoff) = self.lock().try_send(value, ptr::null());
+        finish(handoff);
         result
     }
 
     pub(crate) fn try_recv(&self) -> TryRecv<T> {
-        let (result, peer) = self.lock().try_recv(None);
-        wake(peer);
+        let (result, handoff) = self.lock().try_recv(ptr::null());
+        finish(handoff);
         result
+    }
+
+    /// Removes `entry` from one of the queues (invariant 3).
+    fn unqueue(&self, side: Side, entry: *const Entry<T>) {
+        let mut state = self.lock();
+        match side {
+            Side::Senders => remove_entry(&mut state.senders, entry),
+            Side::Receivers => remove_entry(&mut state.receivers, entry),
+        }
+    }
+
+    /// Waits for the single entry `entry` of `sel`, queued on `side`; true if selected. Always
+    /// leaves the entry out of the queue, also when the park unwinds (invariant 3).
+    fn wait_one(
+        &self,
+        sel: &Selector,
+        side: Side,
+        entry: &Entry<T>,
+        wake_at: Option<Instant>,
+        park: &mut dyn FnMut(Option<Instant>),
+    ) -> bool {
+        match catch_unwind(AssertUnwindSafe(|| wait(sel, wake_at, park))) {
+            Ok(true) => true, // the claimer popped it
+            Ok(false) => {
+                self.unqueue(side, entry);
+                false
+            }
+            Err(payload) => {
+                if sel.abort().is_ok() {
+                    self.unqueue(side, entry);
+                }
+                resume_unwind(payload)
+            }
+        }
     }
 
     /// Sends, parking with `park(deadline)` while the channel is full, until `deadline`.
@@ -421,25 +523,21 @@ impl<T> Chan<T> {
         park: &mut dyn FnMut(Option<Instant>),
     ) -> SendOutcome<T> {
         let mut state = self.lock();
-        let (value, peer) = state.try_send(value, None);
-        let value = match value {
-            TrySend::Sent => {
+        let value = match state.try_send(value, ptr::null()) {
+            (TrySend::Sent, handoff) => {
                 drop(state);
-                wake(peer);
+                finish(handoff);
                 return SendOutcome::Sent;
             }
-            TrySend::Disconnected(value) => return SendOutcome::Disconnected(value),
-            TrySend::Full(value) => value,
+            (TrySend::Disconnected(value), _) => return SendOutcome::Disconnected(value),
+            (TrySend::Full(value), _) => value,
         };
         // Invariant 4: queued under the lock that saw the channel full.
         let sel = Selector::new();
         let entry = Entry::new(&sel, 0, Some(value));
-        state.senders.push_back(entry.clone());
+        state.senders.push_back(Queued(&entry));
         drop(state);
-        let selected = wait(&sel, deadline, park);
-        if !selected {
-            self.lock().senders.retain(|e| !Arc::ptr_eq(e, &entry));
-        }
+        let selected = self.wait_one(&sel, Side::Senders, &entry, deadline, park);
         // SAFETY: invariant 1: selected (seen with Acquire in `wait`) or aborted and dequeued.
         match unsafe { entry.take() } {
             None => SendOutcome::Sent,
@@ -456,25 +554,22 @@ impl<T> Chan<T> {
     ) -> RecvOutcome<T> {
         loop {
             let mut state = self.lock();
-            let (result, peer) = state.try_recv(None);
-            match result {
-                TryRecv::Got(value) => {
+            match state.try_recv(ptr::null()) {
+                (TryRecv::Got(value), handoff) => {
                     drop(state);
-                    wake(peer);
+                    finish(handoff);
                     return RecvOutcome::Got(value);
                 }
-                TryRecv::Disconnected => return RecvOutcome::Disconnected,
-                TryRecv::Empty => {}
+                (TryRecv::Disconnected, _) => return RecvOutcome::Disconnected,
+                (TryRecv::Empty, _) => {}
             }
             let sel = Selector::new();
             let entry = Entry::new(&sel, 0, None);
-            state.receivers.push_back(entry.clone());
+            state.receivers.push_back(Queued(&entry));
             // A timer channel is its own waker: wake up at its next tick.
             let wake_at = earliest(deadline, state.timer.as_ref().map(|t| t.next));
             drop(state);
-            let selected = wait(&sel, wake_at, park);
-            if !selected {
-                remove_entry(&mut self.lock().receivers, &entry);
+            if !self.wait_one(&sel, Side::Receivers, &entry, wake_at, park) {
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     return RecvOutcome::Timeout;
                 }
@@ -492,51 +587,32 @@ impl<T> Chan<T> {
     pub(crate) fn disconnect_senders(&self) {
         let mut state = self.lock();
         state.tx_gone = true;
-        let woken = close_queue(&mut state.receivers);
+        let handoffs = close_queue(&mut state.receivers);
         drop(state);
-        woken.into_iter().for_each(|e| e.sel.wake());
+        handoffs.into_iter().for_each(Handoff::finish);
     }
 
     /// Every receiver is gone: wake every blocked sender (they get their value back).
     pub(crate) fn disconnect_receivers(&self) {
         let mut state = self.lock();
         state.rx_gone = true;
-        let woken = close_queue(&mut state.senders);
+        let handoffs = close_queue(&mut state.senders);
         drop(state);
-        woken.into_iter().for_each(|e| e.sel.wake());
+        handoffs.into_iter().for_each(Handoff::finish);
     }
 
-    /// `select!`: registers a receive arm; true if the channel turned ready (invariant 5).
-    pub(crate) fn register_recv(&self, sel: &Arc<Selector>, arm: usize) -> (Arc<Entry<T>>, bool) {
-        let entry = Entry::new(sel, arm, None);
+    /// `select!`: queues a receive arm's entry; true if the channel turned ready (invariant 5).
+    fn register_recv(&self, entry: *const Entry<T>, sel: &Selector) -> bool {
         let mut state = self.lock();
-        state.receivers.push_back(entry.clone());
-        let ready = state.recv_ready(sel);
-        (entry, ready)
+        state.receivers.push_back(Queued(entry));
+        state.recv_ready(sel)
     }
 
-    /// `select!`: registers a send arm holding `value`; true if the channel turned ready.
-    pub(crate) fn register_send(
-        &self,
-        sel: &Arc<Selector>,
-        arm: usize,
-        value: T,
-    ) -> (Arc<Entry<T>>, bool) {
-        let entry = Entry::new(sel, arm, Some(value));
+    /// `select!`: queues a send arm's entry; true if the channel turned ready.
+    fn register_send(&self, entry: *const Entry<T>, sel: &Selector) -> bool {
         let mut state = self.lock();
-        state.senders.push_back(entry.clone());
-        let ready = state.send_ready(sel);
-        (entry, ready)
-    }
-
-    /// `select!`: removes a receive arm's entry after its wait ended.
-    pub(crate) fn unregister_recv(&self, entry: &Arc<Entry<T>>) {
-        remove_entry(&mut self.lock().receivers, entry);
-    }
-
-    /// `select!`: removes a send arm's entry after its wait ended.
-    pub(crate) fn unregister_send(&self, entry: &Arc<Entry<T>>) {
-        remove_entry(&mut self.lock().senders, entry);
+        state.senders.push_back(Queued(entry));
+        state.send_ready(sel)
     }
 
     /// The next time a timer channel yields a value, if it is one.
@@ -545,17 +621,15 @@ impl<T> Chan<T> {
     }
 }
 
-/// Claims every waiting entry of a queue being closed; the caller wakes them after unlocking.
-/// The slots are left as they are: a receiver finds none (closed), a sender its value.
-fn close_queue<T>(queue: &mut VecDeque<Arc<Entry<T>>>) -> Vec<Arc<Entry<T>>> {
+/// Claims every waiting entry of a queue being closed; the caller finishes the handoffs after
+/// unlocking. The slots are left as they are: a receiver finds none (closed), a sender its
+/// value.
+fn close_queue<T>(queue: &mut VecDeque<Queued<T>>) -> Vec<Handoff> {
     queue
         .drain(..)
-        .filter(|entry| {
-            let claimed = entry.sel.claim();
-            if claimed {
-                entry.sel.complete(entry.arm);
-            }
-            claimed
+        .filter_map(|queued| {
+            let entry = queued.entry();
+            entry.sel().claim().then(|| entry.handoff())
         })
         .collect()
 }
@@ -590,7 +664,7 @@ pub trait SelectArm {
     /// Tries the operation without blocking; true if it completed (its result is stored).
     fn try_now(&mut self) -> bool;
     /// Queues the arm's entry under `sel`; true if the channel turned ready meanwhile.
-    fn register(&mut self, sel: &Arc<Selector>, arm: usize) -> bool;
+    fn register(&mut self, sel: &Selector, arm: usize) -> bool;
     /// Removes the entry after the wait; `selected` if this arm is the one that completed.
     fn unregister(&mut self, selected: bool);
     /// When a timer channel behind this arm becomes ready, if it is one.
@@ -653,15 +727,25 @@ pub(crate) fn select(
         let wake_at = arms
             .iter()
             .fold(deadline, |at, arm| earliest(at, arm.deadline()));
-        let chosen = if ready {
-            sel.abort().err()
-        } else if wait(&sel, wake_at, park) {
-            sel.selected()
-        } else {
-            None
+        let waited = catch_unwind(AssertUnwindSafe(|| {
+            if ready {
+                sel.abort().err()
+            } else if wait(&sel, wake_at, park) {
+                sel.selected()
+            } else {
+                None
+            }
+        }));
+        let chosen = match &waited {
+            Ok(chosen) => *chosen,
+            Err(_) => sel.abort().err(),
         };
+        // Invariant 3: every entry leaves every queue before `sel` goes out of scope.
         for &i in &perm[..registered] {
             arms[i].unregister(chosen == Some(i));
+        }
+        if let Err(payload) = waited {
+            resume_unwind(payload);
         }
         if let Some(i) = chosen {
             return Selected::Arm(i);
@@ -672,7 +756,8 @@ pub(crate) fn select(
 /// A `select!` receive arm over a channel core.
 pub struct RecvArm<'a, T> {
     chan: &'a Chan<T>,
-    entry: Option<Arc<Entry<T>>>,
+    /// The boxed entry while registered (a raw pointer: other threads reach it meanwhile).
+    entry: *mut Entry<T>,
     /// `Some(Some(v))`: received; `Some(None)`: closed; `None`: not selected.
     result: Option<Option<T>>,
 }
@@ -681,7 +766,7 @@ impl<'a, T> RecvArm<'a, T> {
     pub(crate) fn new(chan: &'a Chan<T>) -> Self {
         RecvArm {
             chan,
-            entry: None,
+            entry: ptr::null_mut(),
             result: None,
         }
     }
@@ -702,20 +787,22 @@ impl<T> SelectArm for RecvArm<'_, T> {
         true
     }
 
-    fn register(&mut self, sel: &Arc<Selector>, arm: usize) -> bool {
-        let (entry, ready) = self.chan.register_recv(sel, arm);
-        self.entry = Some(entry);
-        ready
+    fn register(&mut self, sel: &Selector, arm: usize) -> bool {
+        self.entry = Box::into_raw(Box::new(Entry::new(sel, arm, None)));
+        self.chan.register_recv(self.entry, sel)
     }
 
     fn unregister(&mut self, selected: bool) {
-        if let Some(entry) = self.entry.take() {
-            self.chan.unregister_recv(&entry);
-            if selected {
-                // SAFETY: invariant 1: this arm was selected (seen with Acquire by `wait` or
-                // `abort`), so the claimer is done with the slot.
-                self.result = Some(unsafe { entry.take() });
-            }
+        if self.entry.is_null() {
+            return;
+        }
+        self.chan.unqueue(Side::Receivers, self.entry);
+        // SAFETY: the box came from `register` and has left the queue (invariant 3).
+        let entry = unsafe { Box::from_raw(std::mem::replace(&mut self.entry, ptr::null_mut())) };
+        if selected {
+            // SAFETY: invariant 1: this arm was selected (seen with Acquire by `wait` or
+            // `abort`), so the claimer is done with the slot.
+            self.result = Some(unsafe { entry.take() });
         }
     }
 
@@ -728,7 +815,8 @@ impl<T> SelectArm for RecvArm<'_, T> {
 pub struct SendArm<'a, T> {
     chan: &'a Chan<T>,
     value: Option<T>,
-    entry: Option<Arc<Entry<T>>>,
+    /// The boxed entry while registered (a raw pointer: other threads reach it meanwhile).
+    entry: *mut Entry<T>,
     /// `Some(None)`: sent; `Some(Some(v))`: disconnected, `v` given back; `None`: not selected.
     result: Option<Option<T>>,
 }
@@ -738,7 +826,7 @@ impl<'a, T> SendArm<'a, T> {
         SendArm {
             chan,
             value: Some(value),
-            entry: None,
+            entry: ptr::null_mut(),
             result: None,
         }
     }
@@ -765,26 +853,25 @@ impl<T> SelectArm for SendArm<'_, T> {
         true
     }
 
-    fn register(&mut self, sel: &Arc<Selector>, arm: usize) -> bool {
-        let value = self
-            .value
-            .take()
-            .expect("weft: select! send arm without a value");
-        let (entry, ready) = self.chan.register_send(sel, arm, value);
-        self.entry = Some(entry);
-        ready
+    fn register(&mut self, sel: &Selector, arm: usize) -> bool {
+        let value = self.value.take();
+        self.entry = Box::into_raw(Box::new(Entry::new(sel, arm, value)));
+        self.chan.register_send(self.entry, sel)
     }
 
     fn unregister(&mut self, selected: bool) {
-        if let Some(entry) = self.entry.take() {
-            self.chan.unregister_send(&entry);
-            // SAFETY: invariant 1: selected (seen with Acquire) or aborted, and dequeued.
-            let left = unsafe { entry.take() };
-            if selected {
-                self.result = Some(left);
-            } else {
-                self.value = left; // not sent: keep it for the next poll
-            }
+        if self.entry.is_null() {
+            return;
+        }
+        self.chan.unqueue(Side::Senders, self.entry);
+        // SAFETY: the box came from `register` and has left the queue (invariant 3).
+        let entry = unsafe { Box::from_raw(std::mem::replace(&mut self.entry, ptr::null_mut())) };
+        // SAFETY: invariant 1: selected (seen with Acquire) or aborted, and dequeued.
+        let left = unsafe { entry.take() };
+        if selected {
+            self.result = Some(left);
+        } else {
+            self.value = left; // not sent: keep it for the next poll
         }
     }
 
