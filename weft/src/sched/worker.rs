@@ -61,6 +61,13 @@ fn current_header<'a>() -> Option<&'a Header> {
     unsafe { header.as_ref() }
 }
 
+/// The header of the running task, as a pointer, without touching its reference count: for
+/// waiters that only need it while the task is blocked (its worker's live list keeps it
+/// alive then, task/mod.rs invariant 3).
+pub(crate) fn current_task_header() -> Option<*const Header> {
+    current_header().map(|h| h as *const Header)
+}
+
 pub(crate) fn current_task() -> Option<Task> {
     let header = current_worker()?.current.get();
     if header.is_null() {
@@ -132,14 +139,15 @@ pub(crate) fn schedule_woken(task: Task) {
     let home = task
         .header
         .home()
-        .expect("weft: woke a task that never started")
-        .clone();
+        .expect("weft: woke a task that never started");
     if let Some(worker) = current_worker() {
-        if Arc::ptr_eq(&worker.remote, &home) {
+        // Compared by address: no reference count is touched on this, the ping-pong path.
+        if Arc::ptr_eq(&worker.remote, home) {
             worker.ready.borrow_mut().push_back(task);
             return;
         }
     }
+    let home = home.clone();
     home.push_woken(task);
 }
 
