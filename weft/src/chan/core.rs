@@ -56,8 +56,12 @@ use std::ptr;
 use std::time::{Duration, Instant};
 
 use crate::loom::sync::atomic::{AtomicUsize, Ordering};
+#[cfg(loom)]
 use crate::loom::sync::{Mutex, MutexGuard};
+#[cfg(loom)]
 use crate::park::Waiter;
+#[cfg(not(loom))]
+use spin_lock::{Mutex, MutexGuard};
 
 /// Nobody has completed this operation yet; peers may claim it, the owner may abort it.
 const WAITING: usize = 0;
@@ -74,14 +78,14 @@ const SELECTED: usize = 3;
 #[doc(hidden)]
 pub struct Selector {
     state: AtomicUsize,
-    waiter: Waiter,
+    waiter: SelectorWaiter,
 }
 
 impl Selector {
     pub(crate) fn new() -> Selector {
         Selector {
             state: AtomicUsize::new(WAITING),
-            waiter: Waiter::current(),
+            waiter: SelectorWaiter::current(),
         }
     }
 
@@ -142,9 +146,49 @@ impl Selector {
     }
 }
 
+/// Who a selector wakes: the blocked task, by a borrowed pointer to its header (no reference
+/// count is touched unless the wake has to schedule it), or a plain OS thread.
 #[cfg(not(loom))]
-fn wake_by_ref(waiter: &Waiter) {
-    waiter.wake_by_ref();
+#[derive(Debug)]
+enum SelectorWaiter {
+    Task(*const crate::task::Header),
+    Thread(std::thread::Thread),
+}
+
+#[cfg(not(loom))]
+impl SelectorWaiter {
+    fn current() -> Self {
+        match crate::sched::current_task_header() {
+            Some(header) => SelectorWaiter::Task(header),
+            None => SelectorWaiter::Thread(std::thread::current()),
+        }
+    }
+}
+
+#[cfg(loom)]
+type SelectorWaiter = Waiter;
+
+#[cfg(not(loom))]
+fn wake_by_ref(waiter: &SelectorWaiter) {
+    match waiter {
+        SelectorWaiter::Task(header) => {
+            // SAFETY: the task is blocked on this selector, so it is Started and its worker's
+            // live list holds a reference (task/mod.rs invariant 3): the header is alive.
+            let header = unsafe { &**header };
+            if header.park.unpark() {
+                // SAFETY: `header` came from a live `Arc<Header>`; counting the new reference
+                // first makes `from_raw` produce an owned one.
+                let task = unsafe {
+                    std::sync::Arc::increment_strong_count(header);
+                    crate::task::Task {
+                        header: std::sync::Arc::from_raw(header),
+                    }
+                };
+                crate::sched::schedule_woken(task);
+            }
+        }
+        SelectorWaiter::Thread(thread) => thread.unpark(),
+    }
 }
 
 #[cfg(loom)]
@@ -457,8 +501,11 @@ impl<T> Chan<T> {
 
     fn lock(&self) -> MutexGuard<'_, State<T>> {
         // No user code runs under the lock and nothing in it panics on a consistent state, so
-        // a poisoned lock is still consistent.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        // a poisoned lock (loom's) is still consistent.
+        #[cfg(loom)]
+        return self.state.lock().unwrap_or_else(|e| e.into_inner());
+        #[cfg(not(loom))]
+        return self.state.lock();
     }
 
     pub(crate) fn capacity(&self) -> usize {
@@ -877,5 +924,95 @@ impl<T> SelectArm for SendArm<'_, T> {
 
     fn deadline(&self) -> Option<Instant> {
         None
+    }
+}
+
+/// The channel lock: a test-and-test-and-set spin lock.
+///
+/// Owns: one flag and the channel state it guards.
+///
+/// Invariants:
+/// 1. Held only for a few hundred instructions: no user code, no allocation in the common
+///    case, never across a park (chan/core.rs invariant 4 queues entries, then unlocks, then
+///    parks).
+///
+/// Why not `std::sync::Mutex`: its unlock is a locked `swap` (it must learn whether to wake a
+/// sleeper), this one's is a plain Release store; at two lock sections per channel operation
+/// that is a measurable share of a ping-pong round trip. A holder preempted by the OS costs
+/// spinners a `yield_now` each, which the short critical section makes rare. Under loom the
+/// model uses loom's mutex instead.
+#[cfg(not(loom))]
+mod spin_lock {
+    use std::cell::UnsafeCell;
+    use std::ops::{Deref, DerefMut};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    pub(crate) struct Mutex<T> {
+        locked: AtomicBool,
+        value: UnsafeCell<T>,
+    }
+
+    // SAFETY: the flag gives one guard at a time access to the value (invariant 1), so sharing
+    // the lock only moves `T` between threads.
+    unsafe impl<T: Send> Sync for Mutex<T> {}
+    // SAFETY: the lock owns its value.
+    unsafe impl<T: Send> Send for Mutex<T> {}
+
+    pub(crate) struct MutexGuard<'a, T> {
+        lock: &'a Mutex<T>,
+    }
+
+    impl<T> Mutex<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Mutex {
+                locked: AtomicBool::new(false),
+                value: UnsafeCell::new(value),
+            }
+        }
+
+        pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+            let mut spins = 0u32;
+            loop {
+                // Acquire: pairs with the Release store in `MutexGuard::drop`, so the previous
+                // holder's writes are visible.
+                if self
+                    .locked
+                    .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return MutexGuard { lock: self };
+                }
+                while self.locked.load(Ordering::Relaxed) {
+                    spins += 1;
+                    if spins < 64 {
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+            }
+        }
+    }
+
+    impl<T> Drop for MutexGuard<'_, T> {
+        fn drop(&mut self) {
+            // Release: pairs with the Acquire CAS in `lock`.
+            self.lock.locked.store(false, Ordering::Release);
+        }
+    }
+
+    impl<T> Deref for MutexGuard<'_, T> {
+        type Target = T;
+        fn deref(&self) -> &T {
+            // SAFETY: the guard holds the flag: no other access exists (invariant 1).
+            unsafe { &*self.lock.value.get() }
+        }
+    }
+
+    impl<T> DerefMut for MutexGuard<'_, T> {
+        fn deref_mut(&mut self) -> &mut T {
+            // SAFETY: the guard holds the flag, and `&mut self` is unique.
+            unsafe { &mut *self.lock.value.get() }
+        }
     }
 }
