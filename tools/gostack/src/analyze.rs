@@ -194,8 +194,9 @@ pub struct Analysis {
     pub truncated_chains: usize,
     /// Functions on growth chains, largest frame first.
     pub hogs: Vec<Hog>,
-    /// A note when the profile's build ID differs from the binary's.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// A note when the profile's build ID differs from the binary's (printed to stderr,
+    /// not part of the report, so a stripped or PIE rebuild reports the same).
+    #[serde(skip)]
     pub build_id_note: Option<String>,
 }
 
@@ -271,7 +272,7 @@ pub fn analyze(bin: &GoBinary, profile: &Profile, opts: &Options) -> ParseResult
     for s in &profile.samples {
         match s.frames.iter().position(|&f| is(f, &GROWTH)) {
             Some(i) => {
-                growth.0 += s.value;
+                growth.0 = growth.0.saturating_add(s.value);
                 growth.1 += 1;
                 let start = s.frames[i..]
                     .iter()
@@ -282,13 +283,13 @@ pub fn analyze(bin: &GoBinary, profile: &Profile, opts: &Options) -> ParseResult
                     let pcs = s.frames.iter().filter(|f| !f.inlined).count();
                     let rooted = chain.last().is_some_and(|&f| profile.name(f) == ROOT);
                     let e = chains.entry(chain).or_default();
-                    e.0 += s.value;
+                    e.0 = e.0.saturating_add(s.value);
                     e.1 += 1;
                     e.2 |= !rooted && pcs >= PROFILER_DEPTH;
                 }
             }
             None if s.frames.iter().any(|&f| is(f, &[SHRINK])) => {
-                shrink.0 += s.value;
+                shrink.0 = shrink.0.saturating_add(s.value);
                 shrink.1 += 1;
             }
             None => {}
@@ -329,7 +330,7 @@ pub fn analyze(bin: &GoBinary, profile: &Profile, opts: &Options) -> ParseResult
                 .entry(name)
                 .or_insert((frames.get(name).unwrap_or(0), 0, 0, 0));
             e.1 = e.1.max(n);
-            e.2 += value;
+            e.2 = e.2.saturating_add(value);
             e.3 += samples;
         }
         out.push(Chain {
@@ -355,12 +356,14 @@ pub fn analyze(bin: &GoBinary, profile: &Profile, opts: &Options) -> ParseResult
     let need = distribution(&weighted);
     let recommendation = need.map(|_| {
         let at = percentile(&weighted, opts.coverage);
-        let size = at.next_power_of_two().max(MIN_STACK);
-        let fits: i64 = weighted
+        let size = at
+            .checked_next_power_of_two()
+            .unwrap_or(u64::MAX)
+            .max(MIN_STACK);
+        let fits = weighted
             .iter()
             .filter(|(n, _)| *n <= size)
-            .map(|(_, v)| v)
-            .sum();
+            .fold(0i64, |a, (_, v)| a.saturating_add(*v));
         Recommendation {
             coverage: opts.coverage,
             need_at_coverage: at,
@@ -420,13 +423,19 @@ pub fn analyze(bin: &GoBinary, profile: &Profile, opts: &Options) -> ParseResult
 }
 
 /// Fails when the profile's functions are not this binary's: more than a tenth of the
-/// distinct sampled functions missing, or any function of a growth chain missing.
+/// distinct sampled functions of the main mapping missing, or any function of a growth
+/// chain missing. Frames of other mappings (shared libraries of cgo programs) are not
+/// looked for.
 fn check_same_binary(profile: &Profile, frames: &Frames<'_>) -> ParseResult<()> {
     let mut seen: HashSet<u32> = HashSet::new();
     let mut missing: Vec<&str> = Vec::new();
     for s in &profile.samples {
         for &f in &s.frames {
-            if !f.inlined && seen.insert(f.func) && frames.get(profile.name(f)).is_none() {
+            if !f.inlined
+                && !f.foreign
+                && seen.insert(f.func)
+                && frames.get(profile.name(f)).is_none()
+            {
                 missing.push(profile.name(f));
             }
         }
@@ -447,7 +456,7 @@ fn check_same_binary(profile: &Profile, frames: &Frames<'_>) -> ParseResult<()> 
             .position(|f| GROWTH.contains(&profile.name(*f)))?;
         s.frames[i..]
             .iter()
-            .find(|f| !f.inlined && frames.get(profile.name(**f)).is_none())
+            .find(|f| !f.inlined && !f.foreign && frames.get(profile.name(**f)).is_none())
     });
     if let Some(f) = growth_missing {
         return Err(Problem::new(format!(
@@ -463,7 +472,7 @@ fn check_same_binary(profile: &Profile, frames: &Frames<'_>) -> ParseResult<()> 
 fn percentile(weighted: &[(u64, i64)], p: f64) -> u64 {
     let mut v: Vec<(u64, i64)> = weighted.to_vec();
     v.sort_unstable();
-    let total: i64 = v.iter().map(|x| x.1).sum();
+    let total = v.iter().fold(0i64, |a, x| a.saturating_add(x.1));
     let by_count = total <= 0;
     let total = if by_count {
         v.len() as f64
@@ -503,6 +512,7 @@ mod tests {
             pclntab_versions: "go1.20+",
             pclntab_location: "test".into(),
             build_id: Some("b1".into()),
+            text_start: 0,
             funcs: funcs
                 .iter()
                 .map(|(n, fr)| FuncFrame {
@@ -641,6 +651,15 @@ mod tests {
             e.message().starts_with("profile is not from this binary"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn frames_of_other_mappings_are_not_required() {
+        let cgo: &[&str] = &["libc_read+ext", "libc_x+ext", "main.work", "main.handle"];
+        let g: &[&str] = &["runtime.newstack", "main.recurse", "main.handle"];
+        let p = Profile::parse(&build(&[(cgo, 10), (g, 10)], "")).unwrap();
+        let a = analyze(&sample_bin(), &p, &Options::default()).unwrap();
+        assert_eq!(a.growth.samples, 1);
     }
 
     #[test]

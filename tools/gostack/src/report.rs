@@ -59,9 +59,9 @@ pub fn frames(b: &GoBinary, top: Option<usize>, json: bool) -> String {
             ""
         }
     );
-    let _ = writeln!(out, "{:>8} {:>8}  function", "frame", "sp-delta");
+    let _ = writeln!(out, "{:>10} {:>10}  function", "frame", "sp-delta");
     for f in fs {
-        let _ = writeln!(out, "{:>8} {:>8}  {}", f.frame, f.sp_delta_max, f.name);
+        let _ = writeln!(out, "{:>10} {:>10}  {}", f.frame, f.sp_delta_max, f.name);
     }
     out
 }
