@@ -32,6 +32,8 @@ use crate::task::{Cancelled, Header, RunState, Suspend, Task, TaskCoroutine};
 
 /// How long an idle worker keeps looking for work before it sleeps.
 const SPIN: Duration = Duration::from_micros(50);
+/// Idle spins in a row that found no work, after which a worker sleeps without spinning.
+const SPIN_MISSES: u32 = 4;
 /// How often (in tasks run) the injector is checked before local work, so that tasks spawned
 /// from outside are not starved by a busy worker (Go checks its global queue every 61 ticks).
 const INJECTOR_INTERVAL: u32 = 61;
@@ -264,6 +266,8 @@ pub(crate) struct Worker {
     /// Deadlines of this worker's parked tasks (time/mod.rs explains the choice of map).
     timers: RefCell<BTreeMap<(Instant, u64), Task>>,
     timer_seq: Cell<u64>,
+    /// Idle spins in a row that found nothing (see `idle`).
+    spin_misses: Cell<u32>,
 }
 
 impl Worker {
@@ -285,6 +289,7 @@ impl Worker {
             events: RefCell::new(polling::Events::new()),
             timers: RefCell::new(BTreeMap::new()),
             timer_seq: Cell::new(0),
+            spin_misses: Cell::new(0),
         }
     }
 
@@ -403,21 +408,30 @@ impl Worker {
     }
 
     /// Spins, then sleeps in the poller until work arrives (idle.rs protocol).
+    ///
+    /// The spin is skipped after [`SPIN_MISSES`] spins in a row found nothing (a worker that
+    /// only wakes for its timers would otherwise burn up to `SPIN` of CPU per wake), and
+    /// re-enabled as soon as a notify ends a sleep within `SPIN` of its start — work arrived
+    /// from another thread that a spin would have caught (ping-pong across workers).
     fn idle(&self) {
-        self.shared.spinning.fetch_add(1, Ordering::SeqCst);
-        let start = Instant::now();
-        let mut found = false;
-        while start.elapsed() < SPIN {
-            self.fire_timers();
-            if self.has_work() {
-                found = true;
-                break;
+        if self.spin_misses.get() < SPIN_MISSES {
+            self.shared.spinning.fetch_add(1, Ordering::SeqCst);
+            let start = Instant::now();
+            let mut found = false;
+            while start.elapsed() < SPIN {
+                self.fire_timers();
+                if self.has_work() {
+                    found = true;
+                    break;
+                }
+                std::hint::spin_loop();
             }
-            std::hint::spin_loop();
-        }
-        self.shared.spinning.fetch_sub(1, Ordering::SeqCst);
-        if found {
-            return;
+            self.shared.spinning.fetch_sub(1, Ordering::SeqCst);
+            if found {
+                self.spin_misses.set(0);
+                return;
+            }
+            self.spin_misses.set(self.spin_misses.get() + 1);
         }
         self.remote.flags.prepare_sleep();
         // SeqCst: pairs with the fence in `Shared::wake_idle_worker` (idle.rs step 3).
@@ -427,7 +441,15 @@ impl Worker {
                 .fire_timers()
                 .map(|deadline| deadline.saturating_duration_since(Instant::now()));
             if timeout != Some(Duration::ZERO) {
+                let slept = Instant::now();
                 self.wait(timeout);
+                // Woken early by a notify (not by the timeout: timers alone never justify
+                // spinning) soon after sleeping.
+                let slept = slept.elapsed();
+                let notified = timeout.is_none_or(|t| slept + Duration::from_micros(10) < t);
+                if notified && slept < SPIN {
+                    self.spin_misses.set(0);
+                }
             }
         }
         self.remote.flags.end_sleep();
