@@ -38,8 +38,7 @@ func main() {
 	n := flag.Int("n", 1000000, "goroutines")
 	flag.Parse()
 	lateness := make([]uint32, *n)
-	var atGate, asleep, woken atomic.Int64
-	gate := make(chan struct{})
+	var asleep, woken atomic.Int64
 	seed := uint64(0x2545f4914f6cdd1d)
 	wait := func(c *atomic.Int64) {
 		for c.Load() < int64(*n) {
@@ -47,15 +46,14 @@ func main() {
 		}
 	}
 	start := time.Now()
+	// As in time_sleepers.rs: deadlines count from a base after every goroutine has started.
+	base := start.Add(3*time.Second + time.Duration(*n)*6*time.Microsecond)
 	for i := 0; i < *n; i++ {
 		seed ^= seed << 13
 		seed ^= seed >> 7
 		seed ^= seed << 17
 		sleep := time.Second + time.Duration(seed%4000000)*time.Microsecond
-		go func(i int, sleep time.Duration) {
-			atGate.Add(1)
-			<-gate
-			deadline := time.Now().Add(sleep)
+		go func(i int, deadline time.Time) {
 			asleep.Add(1)
 			time.Sleep(time.Until(deadline))
 			late := time.Since(deadline)
@@ -64,14 +62,11 @@ func main() {
 			}
 			lateness[i] = uint32(late.Microseconds())
 			woken.Add(1)
-		}(i, sleep)
+		}(i, base.Add(sleep))
 	}
-	wait(&atGate)
-	spawn := time.Since(start)
-	opened := time.Now()
-	close(gate)
 	wait(&asleep)
-	first := opened.Add(time.Second)
+	spawn := time.Since(start)
+	first := base.Add(time.Second)
 	idle := "null"
 	ws := time.Now().Add(20 * time.Millisecond)
 	we := first.Add(-20 * time.Millisecond)
@@ -85,6 +80,7 @@ func main() {
 	}
 	rss := statusMiB("VmRSS")
 	pte := statusMiB("VmPTE")
+	time.Sleep(time.Until(we))
 	c0 := cpu()
 	wait(&woken)
 	perWake := float64((cpu() - c0).Nanoseconds()) / 1e3 / float64(*n)

@@ -2,11 +2,13 @@
 //! while they all wait, CPU per wake, and memory — for weft, tokio and Go (each in its own
 //! process, one after the other), then one JSON line.
 //!
-//! Each side: spawn every task; each task waits at a gate (so the slow part, starting a million
-//! tasks, is over before any clock runs); open the gate; each task then sleeps a random 1–5 s
-//! from the moment it passed the gate and records how late it woke. "Idle CPU" is the CPU
-//! time per second of wall time from when every task is asleep until just before the first
-//! deadline; "CPU per wake" is the CPU time of the wake phase divided by the tasks.
+//! Each side: pick a base time far enough ahead that every task has been spawned and started
+//! by then (`3 s + 6 µs × tasks`: starting a million tasks takes seconds in every runtime);
+//! each task sleeps until `base + 1–5 s` (uniform) and records how late it woke. "Idle CPU"
+//! is the CPU time per second of wall time from when every task is asleep until just before
+//! the first deadline; "CPU per wake" is the CPU time of the wake phase divided by the tasks.
+//! (A gate that releases every task at once was tried first: the million simultaneous wakes
+//! then delayed the first timers in every runtime, measuring the stampede, not the timers.)
 //!
 //! Usage: cargo run --release -p weft-bench --bin time_sleepers [-- TASKS]
 //! (`--peer weft|tokio TASKS` runs one side and prints its `sleepers key=value` line.)
@@ -65,7 +67,6 @@ impl Report {
 /// Counters the tasks and the observer share.
 #[derive(Default)]
 struct Progress {
-    at_gate: AtomicUsize,
     asleep: AtomicUsize,
     woken: AtomicUsize,
 }
@@ -76,20 +77,17 @@ fn wait_for(counter: &AtomicUsize, n: usize) {
     }
 }
 
-/// The observer's side: waits for every task at the gate, opens it, measures idle CPU while
-/// all sleep, then the wake phase.
+/// The observer's side: waits for every task to be asleep, measures idle CPU until just
+/// before the first deadline, then the wake phase.
 fn observe(
     tasks: usize,
     progress: &Progress,
-    open_gate: impl FnOnce(),
+    start: Instant,
+    base: Instant,
 ) -> (Duration, Option<f64>, f64, f64, f64) {
-    let t0 = Instant::now();
-    wait_for(&progress.at_gate, tasks);
-    let spawn = t0.elapsed();
-    let opened = Instant::now();
-    open_gate();
     wait_for(&progress.asleep, tasks);
-    let first_deadline = opened + MIN_SLEEP;
+    let spawn = start.elapsed();
+    let first_deadline = base + MIN_SLEEP;
     let window_start = Instant::now() + Duration::from_millis(20);
     let window_end = first_deadline - Duration::from_millis(20);
     let idle = if window_end > window_start + Duration::from_millis(100) {
@@ -104,6 +102,7 @@ fn observe(
     };
     let rss = peers::status_kib("VmRSS") as f64 / 1024.0;
     let pte = peers::status_kib("VmPTE") as f64 / 1024.0;
+    std::thread::sleep(window_end.saturating_duration_since(Instant::now()));
     let cpu0 = peers::cpu_time();
     wait_for(&progress.woken, tasks);
     let wake_cpu = peers::cpu_time() - cpu0;
@@ -114,6 +113,11 @@ fn observe(
         rss,
         pte,
     )
+}
+
+/// When the sleeps start counting: after every task has surely started.
+fn base_after(start: Instant, tasks: usize) -> Instant {
+    start + Duration::from_secs(3) + Duration::from_micros(6) * tasks as u32
 }
 
 fn sleeps(tasks: usize) -> Vec<Duration> {
@@ -138,17 +142,15 @@ fn run_weft(tasks: usize) -> Report {
         .unwrap();
     let lateness: Arc<Vec<AtomicU32>> = Arc::new((0..tasks).map(|_| AtomicU32::new(0)).collect());
     let progress = Arc::new(Progress::default());
-    let gate = Arc::new(weft::sync::WaitGroup::new());
-    gate.add(1);
+    let start = Instant::now();
+    let base = base_after(start, tasks);
     {
-        let (lateness, progress, gate) = (lateness.clone(), progress.clone(), gate.clone());
+        let (lateness, progress) = (lateness.clone(), progress.clone());
         rt.spawn(move || {
             for (i, sleep) in sleeps(tasks).into_iter().enumerate() {
-                let (lateness, progress, gate) = (lateness.clone(), progress.clone(), gate.clone());
+                let (lateness, progress) = (lateness.clone(), progress.clone());
                 weft::spawn(move || {
-                    progress.at_gate.fetch_add(1, Ordering::Release);
-                    gate.wait();
-                    let deadline = Instant::now() + sleep;
+                    let deadline = base + sleep;
                     progress.asleep.fetch_add(1, Ordering::Release);
                     weft::time::sleep_until(deadline);
                     record(&lateness, i, deadline);
@@ -157,7 +159,7 @@ fn run_weft(tasks: usize) -> Report {
             }
         });
     }
-    let (spawn, idle, per_wake, rss, pte) = observe(tasks, &progress, || gate.done());
+    let (spawn, idle, per_wake, rss, pte) = observe(tasks, &progress, start, base);
     let lateness_us = lateness.iter().map(|l| l.load(Ordering::Relaxed)).collect();
     Report {
         lateness_us,
@@ -176,18 +178,15 @@ fn run_tokio(tasks: usize) -> Report {
         .unwrap();
     let lateness: Arc<Vec<AtomicU32>> = Arc::new((0..tasks).map(|_| AtomicU32::new(0)).collect());
     let progress = Arc::new(Progress::default());
-    let gate = Arc::new(tokio::sync::RwLock::new(()));
-    let closed = gate.clone().try_write_owned().unwrap();
+    let start = Instant::now();
+    let base = base_after(start, tasks);
     {
-        let (lateness, progress, gate) = (lateness.clone(), progress.clone(), gate.clone());
+        let (lateness, progress) = (lateness.clone(), progress.clone());
         rt.spawn(async move {
             for (i, sleep) in sleeps(tasks).into_iter().enumerate() {
-                let (lateness, progress, gate) = (lateness.clone(), progress.clone(), gate.clone());
+                let (lateness, progress) = (lateness.clone(), progress.clone());
                 tokio::spawn(async move {
-                    let pass = gate.read();
-                    progress.at_gate.fetch_add(1, Ordering::Release);
-                    drop(pass.await);
-                    let deadline = Instant::now() + sleep;
+                    let deadline = base + sleep;
                     progress.asleep.fetch_add(1, Ordering::Release);
                     tokio::time::sleep_until(deadline.into()).await;
                     record(&lateness, i, deadline);
@@ -196,7 +195,7 @@ fn run_tokio(tasks: usize) -> Report {
             }
         });
     }
-    let (spawn, idle, per_wake, rss, pte) = observe(tasks, &progress, || drop(closed));
+    let (spawn, idle, per_wake, rss, pte) = observe(tasks, &progress, start, base);
     let lateness_us = lateness.iter().map(|l| l.load(Ordering::Relaxed)).collect();
     Report {
         lateness_us,
