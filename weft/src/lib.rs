@@ -43,6 +43,9 @@ pub(crate) mod loom;
 #[cfg(not(loom))]
 pub mod chan;
 #[cfg(loom)]
+#[path = "chan/core.rs"]
+pub(crate) mod chan_core;
+#[cfg(loom)]
 #[path = "task/join.rs"]
 pub(crate) mod join;
 #[cfg(not(loom))]
@@ -59,6 +62,12 @@ pub(crate) mod sched;
 pub mod stack;
 #[cfg(not(loom))]
 pub mod sync;
+#[cfg(loom)]
+#[path = "sync/sema.rs"]
+pub(crate) mod sync_sema;
+#[cfg(loom)]
+#[path = "sync/waitgroup.rs"]
+pub(crate) mod sync_waitgroup;
 #[cfg(not(loom))]
 pub mod task;
 #[cfg(not(loom))]

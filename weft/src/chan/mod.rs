@@ -1,1 +1,500 @@
 //! Channels: Go's `chan` and `select`, parking tasks (or blocking plain threads).
+//!
+//! ```
+//! let total = weft::run(|| {
+//!     let (tx, rx) = weft::chan::bounded::<u64>(0); // a rendezvous, like `make(chan uint64)`
+//!     for i in 0..10 {
+//!         let tx = tx.clone();
+//!         weft::spawn(move || tx.send(i).unwrap());
+//!     }
+//!     drop(tx); // the channel closes when the last sender is gone
+//!     rx.iter().sum::<u64>()
+//! });
+//! assert_eq!(total, 45);
+//! ```
+//!
+//! Owns: the public handles [`Sender`] and [`Receiver`] (each counts itself in the channel, so
+//! the channel closes when the last one of either side is dropped), the error types, and the
+//! support types of [`select!`](crate::select).
+//!
+//! Invariants:
+//! 1. Closing is by counting, as in crossbeam-channel: when the last `Sender` drops, receivers
+//!    drain the buffer and then get `Err`; when the last `Receiver` drops, every send gives its
+//!    value back in the error. A value is never lost nor duplicated: it is in the buffer, in a
+//!    blocked sender's entry, handed to exactly one receiver, or given back to its sender.
+//! 2. Every blocking operation parks only the calling task (its worker runs others), or blocks
+//!    the calling OS thread when called outside a task.
+//!
+//! May call: `park`, `sched` (through `park`). Called by: users, `time` (after, tick).
+//!
+//! Why Go's semantics, including a rendezvous `bounded(0)`: programs ported from Go rely on
+//! `send` returning only once a receiver took the value. Why errors instead of Go's panic on a
+//! send to a closed channel: in weft a channel closes when one side is gone, which is a normal
+//! event for the other side, not a bug (crossbeam-channel made the same choice).
+//! The core (one lock per channel, wait queues of entries, selectors) is in `core.rs`.
+
+pub(crate) mod core;
+
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use self::core::{Chan, RecvOutcome, SendOutcome, TryRecv, TrySend};
+
+/// Creates a channel that holds up to `cap` values; `bounded(0)` is a rendezvous channel
+/// (Go's unbuffered `make(chan T)`): `send` returns once a receiver has the value.
+pub fn bounded<T>(cap: usize) -> (Sender<T>, Receiver<T>) {
+    pair(Chan::new(cap))
+}
+
+/// Creates a channel with no capacity limit: `send` never blocks.
+pub fn unbounded<T>() -> (Sender<T>, Receiver<T>) {
+    pair(Chan::new(usize::MAX))
+}
+
+fn pair<T>(chan: Chan<T>) -> (Sender<T>, Receiver<T>) {
+    let chan = Arc::new(chan);
+    (Sender { chan: chan.clone() }, Receiver { chan })
+}
+
+/// A receiver over a channel with no sender, fed by a timer (`time::after`, `time::tick`).
+pub(crate) fn timer_receiver<T>(
+    first: Instant,
+    period: Option<Duration>,
+    make: fn(Instant) -> T,
+) -> Receiver<T> {
+    let chan = Chan::with_timer(first, period, make);
+    // No `Sender` exists; the count stays at one so the channel never closes from that side.
+    Receiver {
+        chan: Arc::new(chan),
+    }
+}
+
+/// Parks the caller (task or thread) until woken or `deadline`.
+fn park(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => crate::park::park_current_until(deadline),
+        None => crate::park::park_current(),
+    }
+}
+
+/// The sending side of a channel. Clone it for more senders.
+pub struct Sender<T> {
+    chan: Arc<Chan<T>>,
+}
+
+/// The receiving side of a channel. Clone it for more receivers; each value goes to one.
+pub struct Receiver<T> {
+    chan: Arc<Chan<T>>,
+}
+
+impl<T> Sender<T> {
+    /// Sends `value`, parking while the channel is full (for a rendezvous channel: until a
+    /// receiver takes it).
+    ///
+    /// # Errors
+    /// When every receiver is gone; the error gives the value back.
+    pub fn send(&self, value: T) -> Result<(), SendError<T>> {
+        match self.chan.send(value, None, &mut park) {
+            SendOutcome::Sent => Ok(()),
+            SendOutcome::Disconnected(value) | SendOutcome::Timeout(value) => Err(SendError(value)),
+        }
+    }
+
+    /// Sends `value` if that can be done without waiting.
+    ///
+    /// # Errors
+    /// [`TrySendError::Full`] if it would wait, [`TrySendError::Disconnected`] if every receiver
+    /// is gone; both give the value back.
+    pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
+        match self.chan.try_send(value) {
+            TrySend::Sent => Ok(()),
+            TrySend::Full(value) => Err(TrySendError::Full(value)),
+            TrySend::Disconnected(value) => Err(TrySendError::Disconnected(value)),
+        }
+    }
+
+    /// Like [`send`](Self::send), waiting at most `timeout`.
+    ///
+    /// # Errors
+    /// On timeout or disconnection; both give the value back.
+    pub fn send_timeout(&self, value: T, timeout: Duration) -> Result<(), SendTimeoutError<T>> {
+        match Instant::now().checked_add(timeout) {
+            Some(deadline) => self.send_deadline(value, deadline),
+            None => self
+                .send(value)
+                .map_err(|e| SendTimeoutError::Disconnected(e.0)),
+        }
+    }
+
+    /// Like [`send`](Self::send), waiting until `deadline` at the latest.
+    ///
+    /// # Errors
+    /// On timeout or disconnection; both give the value back.
+    pub fn send_deadline(&self, value: T, deadline: Instant) -> Result<(), SendTimeoutError<T>> {
+        match self.chan.send(value, Some(deadline), &mut park) {
+            SendOutcome::Sent => Ok(()),
+            SendOutcome::Disconnected(value) => Err(SendTimeoutError::Disconnected(value)),
+            SendOutcome::Timeout(value) => Err(SendTimeoutError::Timeout(value)),
+        }
+    }
+
+    /// The number of values in the buffer.
+    pub fn len(&self) -> usize {
+        self.chan.len()
+    }
+
+    /// True if the buffer holds no value.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The capacity given to [`bounded`]; `None` for [`unbounded`].
+    pub fn capacity(&self) -> Option<usize> {
+        Some(self.chan.capacity()).filter(|&c| c != usize::MAX)
+    }
+
+    #[doc(hidden)]
+    pub fn __select_arm(&self, value: T) -> core::SendArm<'_, T> {
+        core::SendArm::new(&self.chan, value)
+    }
+}
+
+impl<T> Receiver<T> {
+    /// Receives a value, parking while the channel is empty.
+    ///
+    /// # Errors
+    /// When the channel is empty and every sender is gone.
+    pub fn recv(&self) -> Result<T, RecvError> {
+        match self.chan.recv(None, &mut park) {
+            RecvOutcome::Got(value) => Ok(value),
+            RecvOutcome::Disconnected | RecvOutcome::Timeout => Err(RecvError),
+        }
+    }
+
+    /// Receives a value if one is ready.
+    ///
+    /// # Errors
+    /// [`TryRecvError::Empty`] if it would wait, [`TryRecvError::Disconnected`] if the channel
+    /// is empty and every sender is gone.
+    pub fn try_recv(&self) -> Result<T, TryRecvError> {
+        match self.chan.try_recv() {
+            TryRecv::Got(value) => Ok(value),
+            TryRecv::Empty => Err(TryRecvError::Empty),
+            TryRecv::Disconnected => Err(TryRecvError::Disconnected),
+        }
+    }
+
+    /// Like [`recv`](Self::recv), waiting at most `timeout`.
+    ///
+    /// # Errors
+    /// On timeout, or when the channel is empty and every sender is gone.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
+        match Instant::now().checked_add(timeout) {
+            Some(deadline) => self.recv_deadline(deadline),
+            None => self.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        }
+    }
+
+    /// Like [`recv`](Self::recv), waiting until `deadline` at the latest.
+    ///
+    /// # Errors
+    /// On timeout, or when the channel is empty and every sender is gone.
+    pub fn recv_deadline(&self, deadline: Instant) -> Result<T, RecvTimeoutError> {
+        match self.chan.recv(Some(deadline), &mut park) {
+            RecvOutcome::Got(value) => Ok(value),
+            RecvOutcome::Disconnected => Err(RecvTimeoutError::Disconnected),
+            RecvOutcome::Timeout => Err(RecvTimeoutError::Timeout),
+        }
+    }
+
+    /// A blocking iterator: yields values until the channel is closed and drained.
+    pub fn iter(&self) -> Iter<'_, T> {
+        Iter { rx: self }
+    }
+
+    /// A non-blocking iterator over the values ready now.
+    pub fn try_iter(&self) -> TryIter<'_, T> {
+        TryIter { rx: self }
+    }
+
+    /// The number of values in the buffer.
+    pub fn len(&self) -> usize {
+        self.chan.len()
+    }
+
+    /// True if the buffer holds no value.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The capacity given to [`bounded`]; `None` for [`unbounded`].
+    pub fn capacity(&self) -> Option<usize> {
+        Some(self.chan.capacity()).filter(|&c| c != usize::MAX)
+    }
+
+    #[doc(hidden)]
+    pub fn __select_arm(&self) -> core::RecvArm<'_, T> {
+        core::RecvArm::new(&self.chan)
+    }
+}
+
+impl<T> Clone for Sender<T> {
+    fn clone(&self) -> Self {
+        // Relaxed: a new handle is made from a live one, so the count cannot reach zero
+        // meanwhile (as `Arc::clone`).
+        self.chan.senders.fetch_add(1, Ordering::Relaxed);
+        Sender {
+            chan: self.chan.clone(),
+        }
+    }
+}
+
+impl<T> Clone for Receiver<T> {
+    fn clone(&self) -> Self {
+        // Relaxed: as for `Sender::clone`.
+        self.chan.receivers.fetch_add(1, Ordering::Relaxed);
+        Receiver {
+            chan: self.chan.clone(),
+        }
+    }
+}
+
+impl<T> Drop for Sender<T> {
+    fn drop(&mut self) {
+        // AcqRel: the last dropper must see every other handle's use before closing (as in
+        // `Arc::drop`); the close itself is ordered by the channel lock.
+        if self.chan.senders.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.chan.disconnect_senders();
+        }
+    }
+}
+
+impl<T> Drop for Receiver<T> {
+    fn drop(&mut self) {
+        // AcqRel: as in `Sender::drop`.
+        if self.chan.receivers.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.chan.disconnect_receivers();
+        }
+    }
+}
+
+impl<T> fmt::Debug for Sender<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sender").finish_non_exhaustive()
+    }
+}
+
+impl<T> fmt::Debug for Receiver<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Receiver").finish_non_exhaustive()
+    }
+}
+
+/// Blocking iterator over a [`Receiver`]; ends when the channel is closed and drained.
+#[derive(Debug)]
+pub struct Iter<'a, T> {
+    rx: &'a Receiver<T>,
+}
+
+impl<T> Iterator for Iter<'_, T> {
+    type Item = T;
+    fn next(&mut self) -> Option<T> {
+        self.rx.recv().ok()
+    }
+}
+
+/// Non-blocking iterator over a [`Receiver`]'s ready values.
+#[derive(Debug)]
+pub struct TryIter<'a, T> {
+    rx: &'a Receiver<T>,
+}
+
+impl<T> Iterator for TryIter<'_, T> {
+    type Item = T;
+    fn next(&mut self) -> Option<T> {
+        self.rx.try_recv().ok()
+    }
+}
+
+/// Owning blocking iterator over a [`Receiver`].
+#[derive(Debug)]
+pub struct IntoIter<T> {
+    rx: Receiver<T>,
+}
+
+impl<T> Iterator for IntoIter<T> {
+    type Item = T;
+    fn next(&mut self) -> Option<T> {
+        self.rx.recv().ok()
+    }
+}
+
+impl<T> IntoIterator for Receiver<T> {
+    type Item = T;
+    type IntoIter = IntoIter<T>;
+    fn into_iter(self) -> IntoIter<T> {
+        IntoIter { rx: self }
+    }
+}
+
+impl<'a, T> IntoIterator for &'a Receiver<T> {
+    type Item = T;
+    type IntoIter = Iter<'a, T>;
+    fn into_iter(self) -> Iter<'a, T> {
+        self.iter()
+    }
+}
+
+/// [`Sender::send`] failed: every receiver is gone. Holds the value back.
+#[derive(PartialEq, Eq, Clone, Copy)]
+pub struct SendError<T>(pub T);
+
+/// [`Sender::try_send`] failed.
+#[derive(PartialEq, Eq, Clone, Copy)]
+pub enum TrySendError<T> {
+    /// The channel is full (a rendezvous channel: no receiver is waiting).
+    Full(T),
+    /// Every receiver is gone.
+    Disconnected(T),
+}
+
+/// [`Sender::send_timeout`] failed.
+#[derive(PartialEq, Eq, Clone, Copy)]
+pub enum SendTimeoutError<T> {
+    /// The deadline passed while the channel stayed full.
+    Timeout(T),
+    /// Every receiver is gone.
+    Disconnected(T),
+}
+
+/// [`Receiver::recv`] failed: the channel is empty and every sender is gone.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub struct RecvError;
+
+/// [`Receiver::try_recv`] failed.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum TryRecvError {
+    /// No value is ready.
+    Empty,
+    /// The channel is empty and every sender is gone.
+    Disconnected,
+}
+
+/// [`Receiver::recv_timeout`] failed.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum RecvTimeoutError {
+    /// The deadline passed while the channel stayed empty.
+    Timeout,
+    /// The channel is empty and every sender is gone.
+    Disconnected,
+}
+
+impl<T> SendError<T> {
+    /// The value that was not sent.
+    pub fn into_inner(self) -> T {
+        self.0
+    }
+}
+
+impl<T> TrySendError<T> {
+    /// The value that was not sent.
+    pub fn into_inner(self) -> T {
+        match self {
+            TrySendError::Full(v) | TrySendError::Disconnected(v) => v,
+        }
+    }
+}
+
+impl<T> SendTimeoutError<T> {
+    /// The value that was not sent.
+    pub fn into_inner(self) -> T {
+        match self {
+            SendTimeoutError::Timeout(v) | SendTimeoutError::Disconnected(v) => v,
+        }
+    }
+}
+
+impl<T> fmt::Debug for SendError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SendError(..)")
+    }
+}
+
+impl<T> fmt::Debug for TrySendError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TrySendError::Full(_) => f.write_str("Full(..)"),
+            TrySendError::Disconnected(_) => f.write_str("Disconnected(..)"),
+        }
+    }
+}
+
+impl<T> fmt::Debug for SendTimeoutError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SendTimeoutError::Timeout(_) => f.write_str("Timeout(..)"),
+            SendTimeoutError::Disconnected(_) => f.write_str("Disconnected(..)"),
+        }
+    }
+}
+
+impl<T> fmt::Display for SendError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("sending on a closed channel")
+    }
+}
+
+impl<T> fmt::Display for TrySendError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TrySendError::Full(_) => f.write_str("sending on a full channel"),
+            TrySendError::Disconnected(_) => f.write_str("sending on a closed channel"),
+        }
+    }
+}
+
+impl<T> fmt::Display for SendTimeoutError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SendTimeoutError::Timeout(_) => f.write_str("timed out sending on a full channel"),
+            SendTimeoutError::Disconnected(_) => f.write_str("sending on a closed channel"),
+        }
+    }
+}
+
+impl fmt::Display for RecvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("receiving on an empty and closed channel")
+    }
+}
+
+impl fmt::Display for TryRecvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TryRecvError::Empty => f.write_str("receiving on an empty channel"),
+            TryRecvError::Disconnected => f.write_str("receiving on an empty and closed channel"),
+        }
+    }
+}
+
+impl fmt::Display for RecvTimeoutError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RecvTimeoutError::Timeout => f.write_str("timed out receiving on an empty channel"),
+            RecvTimeoutError::Disconnected => {
+                f.write_str("receiving on an empty and closed channel")
+            }
+        }
+    }
+}
+
+impl<T> std::error::Error for SendError<T> {}
+impl<T> std::error::Error for TrySendError<T> {}
+impl<T> std::error::Error for SendTimeoutError<T> {}
+impl std::error::Error for RecvError {}
+impl std::error::Error for TryRecvError {}
+impl std::error::Error for RecvTimeoutError {}
+
+pub mod select;

@@ -46,6 +46,12 @@ impl ParkState {
 
     /// The task, before switching out: consumes a pending token; true if there was one.
     pub(crate) fn take_token(&self) -> bool {
+        // A plain load first: a park with no token pending (the common case) then costs no
+        // locked instruction. Missing a token that arrives right after is fine: the task
+        // switches out and `publish_parked` sees NOTIFIED and requeues it.
+        if self.0.load(Ordering::Relaxed) != NOTIFIED {
+            return false;
+        }
         // Acquire: pairs with the AcqRel swap in `unpark`, so what the unparker wrote before
         // unparking is visible to the task.
         self.0

@@ -32,6 +32,8 @@ use crate::task::{Cancelled, Header, RunState, Suspend, Task, TaskCell, TaskCoro
 
 /// How long an idle worker keeps looking for work before it sleeps.
 const SPIN: Duration = Duration::from_micros(50);
+/// Idle spins in a row that found no work, after which a worker sleeps without spinning.
+const SPIN_MISSES: u32 = 4;
 /// How often (in tasks run) the injector is checked before local work, so that tasks spawned
 /// from outside are not starved by a busy worker (Go checks its global queue every 61 ticks).
 const INJECTOR_INTERVAL: u32 = 61;
@@ -60,6 +62,13 @@ fn current_header<'a>() -> Option<&'a Header> {
     // alive (it holds the `Task`) for the whole resume, and we are inside that resume; a cell's
     // address is its header's (task/cell.rs).
     Some(unsafe { &*(cell as *const Header) })
+}
+
+/// The running task, as a raw pointer, without touching its reference count: for waiters
+/// that only need it while the task is blocked (its worker's live list keeps it alive then,
+/// task/mod.rs invariant 3). [`Task::header_of`] and [`Task::clone_from_ptr`] use it.
+pub(crate) fn current_task_ptr() -> Option<*const dyn TaskCell> {
+    current_worker()?.current.get()
 }
 
 pub(crate) fn current_task() -> Option<Task> {
@@ -124,14 +133,15 @@ pub(crate) fn schedule_woken(task: Task) {
     let home = task
         .header()
         .home()
-        .expect("weft: woke a task that never started")
-        .clone();
+        .expect("weft: woke a task that never started");
     if let Some(worker) = current_worker() {
-        if Arc::ptr_eq(&worker.remote, &home) {
+        // Compared by address: no reference count is touched on this, the ping-pong path.
+        if Arc::ptr_eq(&worker.remote, home) {
             worker.ready.borrow_mut().push_back(task);
             return;
         }
     }
+    let home = home.clone();
     home.push_woken(task);
 }
 
@@ -260,6 +270,8 @@ pub(crate) struct Worker {
     /// Deadlines of this worker's parked tasks (time/mod.rs explains the choice of map).
     timers: RefCell<BTreeMap<(Instant, u64), Task>>,
     timer_seq: Cell<u64>,
+    /// Idle spins in a row that found nothing (see `idle`).
+    spin_misses: Cell<u32>,
 }
 
 impl Worker {
@@ -281,6 +293,7 @@ impl Worker {
             events: RefCell::new(polling::Events::new()),
             timers: RefCell::new(BTreeMap::new()),
             timer_seq: Cell::new(0),
+            spin_misses: Cell::new(0),
         }
     }
 
@@ -399,21 +412,30 @@ impl Worker {
     }
 
     /// Spins, then sleeps in the poller until work arrives (idle.rs protocol).
+    ///
+    /// The spin is skipped after [`SPIN_MISSES`] spins in a row found nothing (a worker that
+    /// only wakes for its timers would otherwise burn up to `SPIN` of CPU per wake), and
+    /// re-enabled as soon as a notify ends a sleep within `SPIN` of its start — work arrived
+    /// from another thread that a spin would have caught (ping-pong across workers).
     fn idle(&self) {
-        self.shared.spinning.fetch_add(1, Ordering::SeqCst);
-        let start = Instant::now();
-        let mut found = false;
-        while start.elapsed() < SPIN {
-            self.fire_timers();
-            if self.has_work() {
-                found = true;
-                break;
+        if self.spin_misses.get() < SPIN_MISSES {
+            self.shared.spinning.fetch_add(1, Ordering::SeqCst);
+            let start = Instant::now();
+            let mut found = false;
+            while start.elapsed() < SPIN {
+                self.fire_timers();
+                if self.has_work() {
+                    found = true;
+                    break;
+                }
+                std::hint::spin_loop();
             }
-            std::hint::spin_loop();
-        }
-        self.shared.spinning.fetch_sub(1, Ordering::SeqCst);
-        if found {
-            return;
+            self.shared.spinning.fetch_sub(1, Ordering::SeqCst);
+            if found {
+                self.spin_misses.set(0);
+                return;
+            }
+            self.spin_misses.set(self.spin_misses.get() + 1);
         }
         // Going to sleep: give back the stack memory of a past burst, step by step, waking up
         // for the next step (stack/mod.rs, "Warm slots").
@@ -429,7 +451,15 @@ impl Worker {
                 (a, b) => a.or(b),
             };
             if timeout != Some(Duration::ZERO) {
+                let slept = Instant::now();
                 self.wait(timeout);
+                // Woken early by a notify (not by the timeout: timers alone never justify
+                // spinning) soon after sleeping.
+                let slept = slept.elapsed();
+                let notified = timeout.is_none_or(|t| slept + Duration::from_micros(10) < t);
+                if notified && slept < SPIN {
+                    self.spin_misses.set(0);
+                }
             }
         }
         self.remote.flags.end_sleep();

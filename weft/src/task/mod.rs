@@ -200,6 +200,15 @@ impl Task {
         unsafe { &*(Arc::as_ptr(&self.cell) as *const Header) }
     }
 
+    /// The header of a task known only by its raw pointer.
+    ///
+    /// # Safety
+    /// `ptr` must come from [`Task::as_ptr`] of a task that is still alive for `'a`.
+    pub(crate) unsafe fn header_of<'a>(ptr: *const dyn TaskCell) -> &'a Header {
+        // SAFETY: the caller's contract; a cell's address is its header's (cell.rs).
+        unsafe { &*(ptr as *const Header) }
+    }
+
     pub(crate) fn cell(&self) -> &dyn TaskCell {
         &*self.cell
     }

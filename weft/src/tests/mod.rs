@@ -2,8 +2,12 @@
 //! `RUSTFLAGS="--cfg loom" cargo test -p weft --lib --release loom` (scripts/test.sh does).
 
 #[cfg(loom)]
+mod loom_chan;
+#[cfg(loom)]
 mod loom_idle;
 #[cfg(loom)]
 mod loom_join;
 #[cfg(loom)]
 mod loom_park;
+#[cfg(loom)]
+mod loom_sync;

@@ -1,0 +1,1012 @@
+//! The channel core: one lock-protected state per channel, queues of waiting operations, and the
+//! selector that lets one waiting party sit in many queues at once (Go's `hchan`, `sudog` and
+//! `selectDone`).
+//!
+//! Owns: [`Chan`] — its buffer, its two wait queues and its timer, all behind `Chan::state`
+//! (a short, never-parked-in lock); [`Selector`] — the state word and the waiter of one blocked
+//! operation or `select!`, on the blocked party's stack; [`Entry`] — one arm of a blocked
+//! operation queued in one channel, with the slot a value is handed over in: on the blocked
+//! party's stack for a single operation (no allocation), boxed for a `select!` arm.
+//!
+//! ```text
+//!   Selector state:  WAITING ──peer: claim (CAS)──► CLAIMED ──peer: slot, wake, store──► SELECTED+arm
+//!                       └──────owner: abort (CAS)──► ABORTED
+//! ```
+//!
+//! Invariants:
+//! 1. An entry's slot is touched by its owner before it is queued (a send puts its value
+//!    in), by the one peer whose CAS moved its selector WAITING → CLAIMED (until that peer
+//!    stores SELECTED), and by its owner again after it saw SELECTED (Acquire) or after its own
+//!    abort succeeded. These never overlap, so the slot needs no lock of its own. The peer's
+//!    SELECTED store is its last touch of the entry and of the selector: it fills the slot
+//!    under the channel lock, unlocks, wakes the owner, then stores SELECTED; an owner that
+//!    sees CLAIMED spins instead of parking (the peer is running, never parked, in that
+//!    window), so the owner's stack frame outlives every peer access.
+//! 2. A selector leaves WAITING once: selected by exactly one peer (so a value is handed over
+//!    at most once and to at most one arm), or aborted by its owner (then no peer touches any
+//!    of its entries again; the owner takes a send value back).
+//! 3. Entries are queued and claimed under their channel's lock; a claimer pops the entry it
+//!    claimed. An entry whose selector is no longer WAITING is stale: anyone may drop it from a
+//!    queue, and its owner removes whatever is left after its wait ends — also when the wait
+//!    unwinds (a task cancelled at shutdown) — so a queue never points at a dead frame.
+//! 4. A party publishes its entry under the lock after finding the operation not ready under
+//!    the same lock, and then parks in a loop on its selector's state: a peer that arrives later
+//!    finds the entry, so no wakeup is lost.
+//! 5. A `select!` never completes an operation while registering (that would need its own
+//!    selector and a peer's at once, the double claim Go avoids by locking every channel): it
+//!    registers every arm, and if an arm turned ready meanwhile it aborts, unregisters and polls
+//!    again (crossbeam-channel's approach).
+//! 6. The buffer holds at most `cap` values; `cap == 0` is a rendezvous (values pass only from a
+//!    sender entry to a receiver or the reverse), `usize::MAX` is unbounded.
+//!
+//! May call: `park`. Called by: `chan` (Sender, Receiver, select!), `time` (after, tick).
+//!
+//! Why one mutex per channel rather than a lock-free ring: Go's channels are one lock too, the
+//! uncontended lock costs ≈ 2 atomic operations here, and every cross-thread step (queueing,
+//! close, select registration and abort) stays small enough for loom to check exhaustively
+//! (`src/tests/loom_chan.rs`). A woken party does not retake the lock: the peer hands the value
+//! over through the entry's slot (invariant 1). Why entries on the stack: a park + wake round
+//! trip is the ping-pong benchmark's whole cost, and two allocations and their reference
+//! counts were a third of it; a task's stack never moves, so a pointer to it is stable.
+
+use std::cell::UnsafeCell;
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::ptr;
+use std::time::{Duration, Instant};
+
+use crate::loom::sync::atomic::{AtomicUsize, Ordering};
+#[cfg(loom)]
+use crate::loom::sync::{Mutex, MutexGuard};
+#[cfg(loom)]
+use crate::park::Waiter;
+#[cfg(not(loom))]
+use spin_lock::{Mutex, MutexGuard};
+
+/// Nobody has completed this operation yet; peers may claim it, the owner may abort it.
+const WAITING: usize = 0;
+/// The owner gave up (timeout, or a `select!` that polls again); no peer may claim it.
+const ABORTED: usize = 1;
+/// A peer won the claim and is handing over the value; SELECTED follows shortly.
+const CLAIMED: usize = 2;
+/// `SELECTED + arm`: the operation of arm `arm` completed (or its channel closed).
+const SELECTED: usize = 3;
+
+/// One blocked operation or `select!`: who to wake, and whether and how it completed. Lives on
+/// the blocked party's stack (invariant 1).
+#[derive(Debug)]
+#[doc(hidden)]
+pub struct Selector {
+    state: AtomicUsize,
+    waiter: SelectorWaiter,
+}
+
+impl Selector {
+    pub(crate) fn new() -> Selector {
+        Selector {
+            state: AtomicUsize::new(WAITING),
+            waiter: SelectorWaiter::current(),
+        }
+    }
+
+    /// A peer, under the channel lock: takes the right to complete this selector (invariant 2).
+    fn claim(&self) -> bool {
+        // Relaxed is enough: the entry was published to us by the channel lock, and what we
+        // hand over is published by `complete`'s Release.
+        self.state
+            .compare_exchange(WAITING, CLAIMED, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// The claimer, after filling the slot and unlocking the channel: wakes the owner, then
+    /// marks arm `arm` completed. The store is the claimer's last touch of the selector
+    /// (invariant 1).
+    fn complete(&self, arm: usize) {
+        wake_by_ref(&self.waiter);
+        // Release: publishes the claimer's slot write; pairs with the Acquire in `selected`
+        // and in `abort`.
+        self.state.store(SELECTED + arm, Ordering::Release);
+    }
+
+    fn is_waiting(&self) -> bool {
+        self.state.load(Ordering::Relaxed) == WAITING
+    }
+
+    /// The owner: `Some(arm)` if arm `arm` completed; `None` if still waiting. Spins through
+    /// the short CLAIMED window (invariant 1).
+    pub(crate) fn selected(&self) -> Option<usize> {
+        let mut spins = 0;
+        loop {
+            // Acquire: pairs with the Release in `complete` (invariant 1: the slot is ours).
+            match self.state.load(Ordering::Acquire) {
+                WAITING | ABORTED => return None,
+                CLAIMED => spin(&mut spins),
+                state => return Some(state - SELECTED),
+            }
+        }
+    }
+
+    /// The owner: gives up waiting. `Ok` if no peer can complete it any more; `Err(arm)` if a
+    /// peer already did (the owner must then take that arm's result).
+    pub(crate) fn abort(&self) -> Result<(), usize> {
+        let mut spins = 0;
+        loop {
+            // Acquire on failure: pairs with `complete`'s Release when we read SELECTED.
+            match self.state.compare_exchange(
+                WAITING,
+                ABORTED,
+                Ordering::Relaxed,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Ok(()),
+                Err(CLAIMED) => spin(&mut spins), // the claimer is running (invariant 1)
+                Err(state) => return Err(state - SELECTED),
+            }
+        }
+    }
+}
+
+/// Who a selector wakes: the blocked task, by a borrowed pointer to its header (no reference
+/// count is touched unless the wake has to schedule it), or a plain OS thread.
+#[cfg(not(loom))]
+#[derive(Debug)]
+enum SelectorWaiter {
+    Task(*const dyn crate::task::TaskCell),
+    Thread(std::thread::Thread),
+}
+
+#[cfg(not(loom))]
+impl SelectorWaiter {
+    fn current() -> Self {
+        match crate::sched::current_task_ptr() {
+            Some(task) => SelectorWaiter::Task(task),
+            None => SelectorWaiter::Thread(std::thread::current()),
+        }
+    }
+}
+
+#[cfg(loom)]
+type SelectorWaiter = Waiter;
+
+#[cfg(not(loom))]
+fn wake_by_ref(waiter: &SelectorWaiter) {
+    match waiter {
+        SelectorWaiter::Task(task) => {
+            // SAFETY: the task is blocked on this selector, so it is Started and its worker's
+            // live list holds a reference (task/mod.rs invariant 3): it is alive.
+            let header = unsafe { crate::task::Task::header_of(*task) };
+            if header.park.unpark() {
+                // SAFETY: as above; the pointer came from `Task::as_ptr`.
+                let task = unsafe { crate::task::Task::clone_from_ptr(*task) };
+                crate::sched::schedule_woken(task);
+            }
+        }
+        SelectorWaiter::Thread(thread) => thread.unpark(),
+    }
+}
+
+#[cfg(loom)]
+fn wake_by_ref(waiter: &Waiter) {
+    waiter.clone().wake();
+}
+
+/// Waits out a CLAIMED window: the claimer is running (invariant 1), but its OS thread may
+/// have been preempted, so after a while give the CPU away.
+#[cfg(not(loom))]
+fn spin(spins: &mut u32) {
+    *spins += 1;
+    if *spins < 100 {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
+
+#[cfg(loom)]
+fn spin(_: &mut u32) {
+    loom::thread::yield_now();
+}
+
+/// One arm of a blocked operation, queued in one channel.
+pub(crate) struct Entry<T> {
+    sel: *const Selector,
+    arm: usize,
+    /// A send's value until taken; a receive's value once handed over (invariant 1).
+    slot: UnsafeCell<Option<T>>,
+}
+
+impl<T> Entry<T> {
+    pub(crate) fn new(sel: &Selector, arm: usize, value: Option<T>) -> Entry<T> {
+        Entry {
+            sel,
+            arm,
+            slot: UnsafeCell::new(value),
+        }
+    }
+
+    fn handoff(&self) -> Handoff {
+        Handoff {
+            sel: self.sel,
+            arm: self.arm,
+        }
+    }
+
+    fn sel(&self) -> &Selector {
+        // SAFETY: the selector outlives its entries: both live in the owner's frame (or the
+        // entries in boxes it frees) until every entry has left every queue (invariant 3).
+        unsafe { &*self.sel }
+    }
+
+    /// The owner takes the slot's content.
+    ///
+    /// # Safety
+    /// Only the owner, after its selector was SELECTED (seen with Acquire) or aborted, and
+    /// the entry is no longer reachable by a claimer (invariant 1).
+    pub(crate) unsafe fn take(&self) -> Option<T> {
+        // SAFETY: exclusive access is the caller's contract.
+        unsafe { (*self.slot.get()).take() }
+    }
+}
+
+/// A claimed entry whose owner still has to be told: done after the channel lock is released,
+/// so the owner never wakes into a lock its waker holds.
+#[must_use = "a claimed entry must be completed, or its owner waits forever"]
+struct Handoff {
+    sel: *const Selector,
+    arm: usize,
+}
+
+impl Handoff {
+    fn finish(self) {
+        // SAFETY: invariant 1: the owner of a CLAIMED selector waits (spinning) for this
+        // completion, so its frame is alive.
+        unsafe { &*self.sel }.complete(self.arm);
+    }
+}
+
+fn finish(handoff: Option<Handoff>) {
+    if let Some(handoff) = handoff {
+        handoff.finish();
+    }
+}
+
+/// A queued entry: a pointer into a blocked party's frame (or box).
+struct Queued<T>(*const Entry<T>);
+
+// SAFETY: a `Queued` is only dereferenced under its channel's lock while the entry is alive
+// (invariant 3); the value it carries moves between threads, hence `T: Send`.
+unsafe impl<T: Send> Send for Queued<T> {}
+
+impl<T> Queued<T> {
+    fn entry(&self) -> &Entry<T> {
+        // SAFETY: invariant 3: an entry stays alive while it is queued, and we hold the lock.
+        unsafe { &*self.0 }
+    }
+}
+
+/// What a timer channel (`time::after`, `time::tick`) produces, and when.
+pub(crate) struct Timer<T> {
+    next: Instant,
+    period: Option<Duration>,
+    make: fn(Instant) -> T,
+}
+
+struct State<T> {
+    buf: VecDeque<T>,
+    cap: usize,
+    senders: VecDeque<Queued<T>>,
+    receivers: VecDeque<Queued<T>>,
+    /// Every sender is gone: receivers drain the buffer, then see the channel closed.
+    tx_gone: bool,
+    /// Every receiver is gone: sends give their value back.
+    rx_gone: bool,
+    timer: Option<Timer<T>>,
+}
+
+/// A channel: the state every `Sender` and `Receiver` of it shares.
+pub(crate) struct Chan<T> {
+    state: Mutex<State<T>>,
+    pub(crate) senders: AtomicUsize,
+    pub(crate) receivers: AtomicUsize,
+}
+
+/// Result of a non-blocking send.
+pub(crate) enum TrySend<T> {
+    Sent,
+    Full(T),
+    Disconnected(T),
+}
+
+/// Result of a non-blocking receive.
+pub(crate) enum TryRecv<T> {
+    Got(T),
+    Empty,
+    Disconnected,
+}
+
+/// Result of a send that may time out.
+pub(crate) enum SendOutcome<T> {
+    Sent,
+    Disconnected(T),
+    Timeout(T),
+}
+
+/// Result of a receive that may time out.
+pub(crate) enum RecvOutcome<T> {
+    Got(T),
+    Disconnected,
+    Timeout,
+}
+
+/// Pops the first entry of `queue` that can be claimed, skipping `me`'s own entries and
+/// dropping stale ones (invariant 3). The returned entry is CLAIMED: fill its slot, then
+/// finish its handoff after unlocking.
+fn claim_peer<T>(queue: &mut VecDeque<Queued<T>>, me: *const Selector) -> Option<&Entry<T>> {
+    let mut i = 0;
+    while i < queue.len() {
+        let entry = queue[i].entry();
+        if ptr::eq(entry.sel, me) {
+            i += 1;
+            continue;
+        }
+        let claimed = entry.sel().claim();
+        let queued = queue.remove(i).expect("index is in bounds");
+        if claimed {
+            // SAFETY: invariant 1: claimed entries stay alive until their SELECTED store.
+            return Some(unsafe { &*queued.0 });
+        }
+    }
+    None
+}
+
+/// True if `queue` holds an entry of another party that is still waiting.
+fn has_peer<T>(queue: &VecDeque<Queued<T>>, me: *const Selector) -> bool {
+    queue.iter().any(|q| {
+        let entry = q.entry();
+        !ptr::eq(entry.sel, me) && entry.sel().is_waiting()
+    })
+}
+
+fn remove_entry<T>(queue: &mut VecDeque<Queued<T>>, entry: *const Entry<T>) {
+    if let Some(i) = queue.iter().position(|q| ptr::eq(q.0, entry)) {
+        queue.remove(i);
+    }
+}
+
+impl<T> State<T> {
+    fn try_send(&mut self, value: T, me: *const Selector) -> (TrySend<T>, Option<Handoff>) {
+        if self.rx_gone {
+            return (TrySend::Disconnected(value), None);
+        }
+        if let Some(peer) = claim_peer(&mut self.receivers, me) {
+            // SAFETY: invariant 1: we claimed `peer`, so its slot is ours until the handoff.
+            unsafe { *peer.slot.get() = Some(value) };
+            return (TrySend::Sent, Some(peer.handoff()));
+        }
+        if self.buf.len() < self.cap {
+            self.buf.push_back(value);
+            return (TrySend::Sent, None);
+        }
+        (TrySend::Full(value), None)
+    }
+
+    fn try_recv(&mut self, me: *const Selector) -> (TryRecv<T>, Option<Handoff>) {
+        if let Some(value) = self.buf.pop_front() {
+            // A slot freed up: move one blocked sender's value into the buffer (Go does too).
+            let handoff = claim_peer(&mut self.senders, me).map(|peer| {
+                // SAFETY: invariant 1: claimed, so the slot is ours until the handoff.
+                let moved = unsafe { (*peer.slot.get()).take() };
+                self.buf.extend(moved);
+                peer.handoff()
+            });
+            return (TryRecv::Got(value), handoff);
+        }
+        if let Some(peer) = claim_peer(&mut self.senders, me) {
+            // SAFETY: invariant 1: claimed, so the slot is ours until the handoff.
+            let value = unsafe { (*peer.slot.get()).take() };
+            let value = value.expect("weft: a blocked sender's entry held no value");
+            return (TryRecv::Got(value), Some(peer.handoff()));
+        }
+        if let Some(value) = self.fire_timer() {
+            return (TryRecv::Got(value), None);
+        }
+        if self.tx_gone {
+            return (TryRecv::Disconnected, None);
+        }
+        (TryRecv::Empty, None)
+    }
+
+    fn fire_timer(&mut self) -> Option<T> {
+        let timer = self.timer.as_mut()?;
+        let now = Instant::now();
+        if now < timer.next {
+            return None;
+        }
+        let fired = timer.next;
+        let value = (timer.make)(fired);
+        match timer.period {
+            Some(period) => {
+                // Like Go's Ticker, ticks a slow receiver missed are dropped.
+                timer.next += period;
+                if timer.next <= now {
+                    timer.next = now + period;
+                }
+            }
+            None => self.timer = None,
+        }
+        Some(value)
+    }
+
+    fn recv_ready(&self, me: *const Selector) -> bool {
+        !self.buf.is_empty()
+            || has_peer(&self.senders, me)
+            || self.tx_gone
+            || self
+                .timer
+                .as_ref()
+                .is_some_and(|t| t.next <= Instant::now())
+    }
+
+    fn send_ready(&self, me: *const Selector) -> bool {
+        self.rx_gone || self.buf.len() < self.cap || has_peer(&self.receivers, me)
+    }
+}
+
+/// Which wait queue of a channel.
+#[derive(Clone, Copy)]
+enum Side {
+    Senders,
+    Receivers,
+}
+
+impl<T> Chan<T> {
+    /// A channel with one sender and one receiver counted.
+    pub(crate) fn new(cap: usize) -> Chan<T> {
+        Chan {
+            state: Mutex::new(State {
+                buf: VecDeque::new(),
+                cap,
+                senders: VecDeque::new(),
+                receivers: VecDeque::new(),
+                tx_gone: false,
+                rx_gone: false,
+                timer: None,
+            }),
+            senders: AtomicUsize::new(1),
+            receivers: AtomicUsize::new(1),
+        }
+    }
+
+    /// A channel with no sender that yields `make(t)` at each time `t` of the timer; never
+    /// closes from the sending side.
+    pub(crate) fn with_timer(
+        first: Instant,
+        period: Option<Duration>,
+        make: fn(Instant) -> T,
+    ) -> Chan<T> {
+        let chan = Chan::new(0);
+        chan.lock().timer = Some(Timer {
+            next: first,
+            period,
+            make,
+        });
+        chan
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<T>> {
+        // No user code runs under the lock and nothing in it panics on a consistent state, so
+        // a poisoned lock (loom's) is still consistent.
+        #[cfg(loom)]
+        return self.state.lock().unwrap_or_else(|e| e.into_inner());
+        #[cfg(not(loom))]
+        return self.state.lock();
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.lock().cap
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.lock().buf.len()
+    }
+
+    pub(crate) fn try_send(&self, value: T) -> TrySend<T> {
+        let (result, handoff) = self.lock().try_send(value, ptr::null());
+        finish(handoff);
+        result
+    }
+
+    pub(crate) fn try_recv(&self) -> TryRecv<T> {
+        let (result, handoff) = self.lock().try_recv(ptr::null());
+        finish(handoff);
+        result
+    }
+
+    /// Removes `entry` from one of the queues (invariant 3).
+    fn unqueue(&self, side: Side, entry: *const Entry<T>) {
+        let mut state = self.lock();
+        match side {
+            Side::Senders => remove_entry(&mut state.senders, entry),
+            Side::Receivers => remove_entry(&mut state.receivers, entry),
+        }
+    }
+
+    /// Waits for the single entry `entry` of `sel`, queued on `side`; true if selected. Always
+    /// leaves the entry out of the queue, also when the park unwinds (invariant 3).
+    fn wait_one(
+        &self,
+        sel: &Selector,
+        side: Side,
+        entry: &Entry<T>,
+        wake_at: Option<Instant>,
+        park: &mut dyn FnMut(Option<Instant>),
+    ) -> bool {
+        match catch_unwind(AssertUnwindSafe(|| wait(sel, wake_at, park))) {
+            Ok(true) => true, // the claimer popped it
+            Ok(false) => {
+                self.unqueue(side, entry);
+                false
+            }
+            Err(payload) => {
+                if sel.abort().is_ok() {
+                    self.unqueue(side, entry);
+                }
+                resume_unwind(payload)
+            }
+        }
+    }
+
+    /// Sends, parking with `park(deadline)` while the channel is full, until `deadline`.
+    pub(crate) fn send(
+        &self,
+        value: T,
+        deadline: Option<Instant>,
+        park: &mut dyn FnMut(Option<Instant>),
+    ) -> SendOutcome<T> {
+        let mut state = self.lock();
+        let value = match state.try_send(value, ptr::null()) {
+            (TrySend::Sent, handoff) => {
+                drop(state);
+                finish(handoff);
+                return SendOutcome::Sent;
+            }
+            (TrySend::Disconnected(value), _) => return SendOutcome::Disconnected(value),
+            (TrySend::Full(value), _) => value,
+        };
+        // Invariant 4: queued under the lock that saw the channel full.
+        let sel = Selector::new();
+        let entry = Entry::new(&sel, 0, Some(value));
+        state.senders.push_back(Queued(&entry));
+        drop(state);
+        let selected = self.wait_one(&sel, Side::Senders, &entry, deadline, park);
+        // SAFETY: invariant 1: selected (seen with Acquire in `wait`) or aborted and dequeued.
+        match unsafe { entry.take() } {
+            None => SendOutcome::Sent,
+            Some(value) if selected => SendOutcome::Disconnected(value),
+            Some(value) => SendOutcome::Timeout(value),
+        }
+    }
+
+    /// Receives, parking with `park(deadline)` while the channel is empty, until `deadline`.
+    pub(crate) fn recv(
+        &self,
+        deadline: Option<Instant>,
+        park: &mut dyn FnMut(Option<Instant>),
+    ) -> RecvOutcome<T> {
+        loop {
+            let mut state = self.lock();
+            match state.try_recv(ptr::null()) {
+                (TryRecv::Got(value), handoff) => {
+                    drop(state);
+                    finish(handoff);
+                    return RecvOutcome::Got(value);
+                }
+                (TryRecv::Disconnected, _) => return RecvOutcome::Disconnected,
+                (TryRecv::Empty, _) => {}
+            }
+            let sel = Selector::new();
+            let entry = Entry::new(&sel, 0, None);
+            state.receivers.push_back(Queued(&entry));
+            // A timer channel is its own waker: wake up at its next tick.
+            let wake_at = earliest(deadline, state.timer.as_ref().map(|t| t.next));
+            drop(state);
+            if !self.wait_one(&sel, Side::Receivers, &entry, wake_at, park) {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return RecvOutcome::Timeout;
+                }
+                continue; // the timer is due
+            }
+            // SAFETY: invariant 1: selected, seen with Acquire in `wait`.
+            return match unsafe { entry.take() } {
+                Some(value) => RecvOutcome::Got(value),
+                None => RecvOutcome::Disconnected,
+            };
+        }
+    }
+
+    /// Every sender is gone: wake every blocked receiver (they see the channel closed).
+    pub(crate) fn disconnect_senders(&self) {
+        let mut state = self.lock();
+        state.tx_gone = true;
+        let handoffs = close_queue(&mut state.receivers);
+        drop(state);
+        handoffs.into_iter().for_each(Handoff::finish);
+    }
+
+    /// Every receiver is gone: wake every blocked sender (they get their value back).
+    pub(crate) fn disconnect_receivers(&self) {
+        let mut state = self.lock();
+        state.rx_gone = true;
+        let handoffs = close_queue(&mut state.senders);
+        drop(state);
+        handoffs.into_iter().for_each(Handoff::finish);
+    }
+
+    /// `select!`: queues a receive arm's entry; true if the channel turned ready (invariant 5).
+    fn register_recv(&self, entry: *const Entry<T>, sel: &Selector) -> bool {
+        let mut state = self.lock();
+        state.receivers.push_back(Queued(entry));
+        state.recv_ready(sel)
+    }
+
+    /// `select!`: queues a send arm's entry; true if the channel turned ready.
+    fn register_send(&self, entry: *const Entry<T>, sel: &Selector) -> bool {
+        let mut state = self.lock();
+        state.senders.push_back(Queued(entry));
+        state.send_ready(sel)
+    }
+
+    /// The next time a timer channel yields a value, if it is one.
+    pub(crate) fn timer_deadline(&self) -> Option<Instant> {
+        self.lock().timer.as_ref().map(|t| t.next)
+    }
+}
+
+/// Claims every waiting entry of a queue being closed; the caller finishes the handoffs after
+/// unlocking. The slots are left as they are: a receiver finds none (closed), a sender its
+/// value.
+fn close_queue<T>(queue: &mut VecDeque<Queued<T>>) -> Vec<Handoff> {
+    queue
+        .drain(..)
+        .filter_map(|queued| {
+            let entry = queued.entry();
+            entry.sel().claim().then(|| entry.handoff())
+        })
+        .collect()
+}
+
+pub(crate) fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Parks until `sel` is selected or `deadline` passes; then aborts. True if selected (the
+/// owner may read its entries' slots: invariant 1), false if aborted (no peer will).
+pub(crate) fn wait(
+    sel: &Selector,
+    deadline: Option<Instant>,
+    park: &mut dyn FnMut(Option<Instant>),
+) -> bool {
+    loop {
+        if sel.selected().is_some() {
+            return true;
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return sel.abort().is_err();
+        }
+        park(deadline);
+    }
+}
+
+/// One arm of a `select!`, type-erased.
+pub trait SelectArm {
+    /// Tries the operation without blocking; true if it completed (its result is stored).
+    fn try_now(&mut self) -> bool;
+    /// Queues the arm's entry under `sel`; true if the channel turned ready meanwhile.
+    fn register(&mut self, sel: &Selector, arm: usize) -> bool;
+    /// Removes the entry after the wait; `selected` if this arm is the one that completed.
+    fn unregister(&mut self, selected: bool);
+    /// When a timer channel behind this arm becomes ready, if it is one.
+    fn deadline(&self) -> Option<Instant>;
+}
+
+/// What a `select!` picked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Selected {
+    /// The arm with this index completed.
+    Arm(usize),
+    /// The `after` deadline passed first.
+    Timeout,
+    /// Nothing was ready and there is a `default` arm.
+    Default,
+}
+
+/// Go's `selectgo`: poll every arm in a random order, else register on all and park.
+pub(crate) fn select(
+    arms: &mut [&mut dyn SelectArm],
+    deadline: Option<Instant>,
+    default: bool,
+    order: &mut dyn FnMut(&mut [usize]),
+    park: &mut dyn FnMut(Option<Instant>),
+) -> Selected {
+    const MAX_ARMS: usize = 64;
+    assert!(
+        arms.len() <= MAX_ARMS,
+        "weft: select! with more than 64 arms"
+    );
+    let mut perm = [0usize; MAX_ARMS];
+    let perm = &mut perm[..arms.len()];
+    loop {
+        // Poll in a fresh random order: of the ready arms, each is first equally often.
+        for (i, p) in perm.iter_mut().enumerate() {
+            *p = i;
+        }
+        order(perm);
+        for &i in perm.iter() {
+            if arms[i].try_now() {
+                return Selected::Arm(i);
+            }
+        }
+        if default {
+            return Selected::Default;
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Selected::Timeout;
+        }
+        let sel = Selector::new();
+        let mut registered = 0;
+        let mut ready = false;
+        for &i in perm.iter() {
+            registered += 1;
+            if arms[i].register(&sel, i) {
+                ready = true; // invariant 5: abort and poll again
+                break;
+            }
+        }
+        let wake_at = arms
+            .iter()
+            .fold(deadline, |at, arm| earliest(at, arm.deadline()));
+        let waited = catch_unwind(AssertUnwindSafe(|| {
+            if ready {
+                sel.abort().err()
+            } else if wait(&sel, wake_at, park) {
+                sel.selected()
+            } else {
+                None
+            }
+        }));
+        let chosen = match &waited {
+            Ok(chosen) => *chosen,
+            Err(_) => sel.abort().err(),
+        };
+        // Invariant 3: every entry leaves every queue before `sel` goes out of scope.
+        for &i in &perm[..registered] {
+            arms[i].unregister(chosen == Some(i));
+        }
+        if let Err(payload) = waited {
+            resume_unwind(payload);
+        }
+        if let Some(i) = chosen {
+            return Selected::Arm(i);
+        }
+    }
+}
+
+/// A `select!` receive arm over a channel core.
+pub struct RecvArm<'a, T> {
+    chan: &'a Chan<T>,
+    /// The boxed entry while registered (a raw pointer: other threads reach it meanwhile).
+    entry: *mut Entry<T>,
+    /// `Some(Some(v))`: received; `Some(None)`: closed; `None`: not selected.
+    result: Option<Option<T>>,
+}
+
+impl<'a, T> RecvArm<'a, T> {
+    pub(crate) fn new(chan: &'a Chan<T>) -> Self {
+        RecvArm {
+            chan,
+            entry: ptr::null_mut(),
+            result: None,
+        }
+    }
+
+    /// The arm's result if it was selected: `Some(None)` means the channel is closed.
+    pub(crate) fn take(&mut self) -> Option<Option<T>> {
+        self.result.take()
+    }
+}
+
+impl<T> SelectArm for RecvArm<'_, T> {
+    fn try_now(&mut self) -> bool {
+        match self.chan.try_recv() {
+            TryRecv::Got(value) => self.result = Some(Some(value)),
+            TryRecv::Disconnected => self.result = Some(None),
+            TryRecv::Empty => return false,
+        }
+        true
+    }
+
+    fn register(&mut self, sel: &Selector, arm: usize) -> bool {
+        self.entry = Box::into_raw(Box::new(Entry::new(sel, arm, None)));
+        self.chan.register_recv(self.entry, sel)
+    }
+
+    fn unregister(&mut self, selected: bool) {
+        if self.entry.is_null() {
+            return;
+        }
+        self.chan.unqueue(Side::Receivers, self.entry);
+        // SAFETY: the box came from `register` and has left the queue (invariant 3).
+        let entry = unsafe { Box::from_raw(std::mem::replace(&mut self.entry, ptr::null_mut())) };
+        if selected {
+            // SAFETY: invariant 1: this arm was selected (seen with Acquire by `wait` or
+            // `abort`), so the claimer is done with the slot.
+            self.result = Some(unsafe { entry.take() });
+        }
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.chan.timer_deadline()
+    }
+}
+
+/// A `select!` send arm over a channel core.
+pub struct SendArm<'a, T> {
+    chan: &'a Chan<T>,
+    value: Option<T>,
+    /// The boxed entry while registered (a raw pointer: other threads reach it meanwhile).
+    entry: *mut Entry<T>,
+    /// `Some(None)`: sent; `Some(Some(v))`: disconnected, `v` given back; `None`: not selected.
+    result: Option<Option<T>>,
+}
+
+impl<'a, T> SendArm<'a, T> {
+    pub(crate) fn new(chan: &'a Chan<T>, value: T) -> Self {
+        SendArm {
+            chan,
+            value: Some(value),
+            entry: ptr::null_mut(),
+            result: None,
+        }
+    }
+
+    /// The arm's result if it was selected: `Some(Some(v))` means disconnected.
+    pub(crate) fn take(&mut self) -> Option<Option<T>> {
+        self.result.take()
+    }
+}
+
+impl<T> SelectArm for SendArm<'_, T> {
+    fn try_now(&mut self) -> bool {
+        let Some(value) = self.value.take() else {
+            return false;
+        };
+        match self.chan.try_send(value) {
+            TrySend::Sent => self.result = Some(None),
+            TrySend::Disconnected(value) => self.result = Some(Some(value)),
+            TrySend::Full(value) => {
+                self.value = Some(value);
+                return false;
+            }
+        }
+        true
+    }
+
+    fn register(&mut self, sel: &Selector, arm: usize) -> bool {
+        let value = self.value.take();
+        self.entry = Box::into_raw(Box::new(Entry::new(sel, arm, value)));
+        self.chan.register_send(self.entry, sel)
+    }
+
+    fn unregister(&mut self, selected: bool) {
+        if self.entry.is_null() {
+            return;
+        }
+        self.chan.unqueue(Side::Senders, self.entry);
+        // SAFETY: the box came from `register` and has left the queue (invariant 3).
+        let entry = unsafe { Box::from_raw(std::mem::replace(&mut self.entry, ptr::null_mut())) };
+        // SAFETY: invariant 1: selected (seen with Acquire) or aborted, and dequeued.
+        let left = unsafe { entry.take() };
+        if selected {
+            self.result = Some(left);
+        } else {
+            self.value = left; // not sent: keep it for the next poll
+        }
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        None
+    }
+}
+
+/// The channel lock: a test-and-test-and-set spin lock.
+///
+/// Owns: one flag and the channel state it guards.
+///
+/// Invariants:
+/// 1. Held only for a few hundred instructions: no user code, no allocation in the common
+///    case, never across a park (chan/core.rs invariant 4 queues entries, then unlocks, then
+///    parks).
+///
+/// Why not `std::sync::Mutex`: its unlock is a locked `swap` (it must learn whether to wake a
+/// sleeper), this one's is a plain Release store; at two lock sections per channel operation
+/// that is a measurable share of a ping-pong round trip. A holder preempted by the OS costs
+/// spinners a `yield_now` each, which the short critical section makes rare. Under loom the
+/// model uses loom's mutex instead.
+#[cfg(not(loom))]
+mod spin_lock {
+    use std::cell::UnsafeCell;
+    use std::ops::{Deref, DerefMut};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    pub(crate) struct Mutex<T> {
+        locked: AtomicBool,
+        value: UnsafeCell<T>,
+    }
+
+    // SAFETY: the flag gives one guard at a time access to the value (invariant 1), so sharing
+    // the lock only moves `T` between threads.
+    unsafe impl<T: Send> Sync for Mutex<T> {}
+    // SAFETY: the lock owns its value.
+    unsafe impl<T: Send> Send for Mutex<T> {}
+
+    pub(crate) struct MutexGuard<'a, T> {
+        lock: &'a Mutex<T>,
+    }
+
+    impl<T> Mutex<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Mutex {
+                locked: AtomicBool::new(false),
+                value: UnsafeCell::new(value),
+            }
+        }
+
+        pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+            let mut spins = 0u32;
+            loop {
+                // Acquire: pairs with the Release store in `MutexGuard::drop`, so the previous
+                // holder's writes are visible.
+                if self
+                    .locked
+                    .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return MutexGuard { lock: self };
+                }
+                while self.locked.load(Ordering::Relaxed) {
+                    spins += 1;
+                    if spins < 64 {
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+            }
+        }
+    }
+
+    impl<T> Drop for MutexGuard<'_, T> {
+        fn drop(&mut self) {
+            // Release: pairs with the Acquire CAS in `lock`.
+            self.lock.locked.store(false, Ordering::Release);
+        }
+    }
+
+    impl<T> Deref for MutexGuard<'_, T> {
+        type Target = T;
+        fn deref(&self) -> &T {
+            // SAFETY: the guard holds the flag: no other access exists (invariant 1).
+            unsafe { &*self.lock.value.get() }
+        }
+    }
+
+    impl<T> DerefMut for MutexGuard<'_, T> {
+        fn deref_mut(&mut self) -> &mut T {
+            // SAFETY: the guard holds the flag, and `&mut self` is unique.
+            unsafe { &mut *self.lock.value.get() }
+        }
+    }
+}

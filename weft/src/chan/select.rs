@@ -1,0 +1,223 @@
+//! `select!`: wait on several channel operations, run the first that completes.
+//!
+//! ```
+//! use std::time::Duration;
+//! weft::run(|| {
+//!     let (tx, rx) = weft::chan::bounded::<i32>(1);
+//!     let (_quit_tx, quit) = weft::chan::bounded::<()>(0);
+//!     tx.send(7).unwrap();
+//!     weft::select! {
+//!         recv(rx) -> v => assert_eq!(v, Ok(7)),
+//!         recv(quit) -> _ => unreachable!(),
+//!         after(Duration::from_secs(1)) => unreachable!(),
+//!     }
+//! });
+//! ```
+//!
+//! Owns: the random number source of the poll order (one per thread), and the glue between
+//! the macro and the core's `select` loop (`core.rs`, invariant 5).
+//!
+//! Arms, as in crossbeam-channel's macro, with Go's semantics:
+//! - `recv(rx) -> res => body`: `res: Result<T, RecvError>`; a closed channel is ready
+//!   (`Err`), as Go's receive from a closed channel is.
+//! - `send(tx, value) -> res => body`: `res: Result<(), SendError<T>>`; `value` is evaluated
+//!   once, up front, and dropped if another arm wins.
+//! - `after(duration) => body`: at most one; runs if nothing completed within `duration`.
+//!   (`recv(weft::time::after(d))` works too, as in Go.)
+//! - `default => body`: at most one; runs if nothing is ready now.
+//!
+//! When several arms are ready, one is picked uniformly at random: the arms are polled in a
+//! fresh random order, and of the ready ones the first in a uniform permutation is uniform.
+//!
+//! May call: `chan::core`, `park`. Called by: the `select!` expansion.
+
+use std::cell::Cell;
+use std::time::Instant;
+
+pub use super::core::{RecvArm, SelectArm, Selected, SendArm};
+use super::{RecvError, SendError};
+
+thread_local! {
+    /// xorshift64* state of this thread; seeded from the thread-local's address and the clock.
+    static RNG: Cell<u64> = const { Cell::new(0) };
+}
+
+fn next_random() -> u64 {
+    RNG.with(|rng| {
+        let mut x = rng.get();
+        if x == 0 {
+            let seed = rng as *const Cell<u64> as u64
+                ^ std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64);
+            x = seed | 1;
+        }
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        rng.set(x);
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    })
+}
+
+/// Fisher–Yates shuffle of the poll order.
+fn shuffle(order: &mut [usize]) {
+    for i in (1..order.len()).rev() {
+        let j = (((next_random() >> 32) * (i as u64 + 1)) >> 32) as usize;
+        order.swap(i, j);
+    }
+}
+
+fn park(deadline: Option<Instant>) {
+    super::park(deadline);
+}
+
+/// Runs a select over `arms`: the `select!` expansion calls this.
+#[doc(hidden)]
+pub fn run(arms: &mut [&mut dyn SelectArm], deadline: Option<Instant>, default: bool) -> Selected {
+    super::core::select(arms, deadline, default, &mut shuffle, &mut park)
+}
+
+impl<T> RecvArm<'_, T> {
+    /// The arm's result, if it is the one selected.
+    #[doc(hidden)]
+    pub fn __take(&mut self) -> Option<Result<T, RecvError>> {
+        self.take().map(|value| value.ok_or(RecvError))
+    }
+}
+
+impl<T> SendArm<'_, T> {
+    /// The arm's result, if it is the one selected.
+    #[doc(hidden)]
+    pub fn __take(&mut self) -> Option<Result<(), SendError<T>>> {
+        self.take().map(|left| match left {
+            None => Ok(()),
+            Some(value) => Err(SendError(value)),
+        })
+    }
+}
+
+/// Waits on several channel operations and runs the arm of the one that completes first, like
+/// Go's `select`. See [`chan::select`](crate::chan::select) for the arms.
+///
+/// ```
+/// weft::run(|| {
+///     let (tx, rx) = weft::chan::bounded::<u32>(0);
+///     weft::spawn(move || tx.send(1).unwrap());
+///     let got = weft::select! {
+///         recv(rx) -> v => v.unwrap(),
+///         after(std::time::Duration::from_secs(5)) => 0,
+///     };
+///     assert_eq!(got, 1);
+/// });
+/// ```
+#[macro_export]
+macro_rules! select {
+    ($($tokens:tt)*) => {
+        $crate::__select!(
+            @parse
+            [__weft_a0 __weft_a1 __weft_a2 __weft_a3 __weft_a4 __weft_a5 __weft_a6 __weft_a7
+             __weft_a8 __weft_a9 __weft_a10 __weft_a11 __weft_a12 __weft_a13 __weft_a14
+             __weft_a15 __weft_a16 __weft_a17 __weft_a18 __weft_a19 __weft_a20 __weft_a21
+             __weft_a22 __weft_a23 __weft_a24 __weft_a25 __weft_a26 __weft_a27 __weft_a28
+             __weft_a29 __weft_a30 __weft_a31]
+            [] [] []
+            $($tokens)*
+        )
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __select {
+    // ---- parsing: arms become (kind ident (args..) (pattern) {body}) ----
+    (@parse [$id:ident $($ids:ident)*] [$($ops:tt)*] $after:tt $default:tt
+        recv($rx:expr) -> $res:pat => $body:block $(,)? $($rest:tt)*) => {
+        $crate::__select!(@parse [$($ids)*] [$($ops)* (recv $id ($rx) ($res) $body)]
+            $after $default $($rest)*)
+    };
+    (@parse [$id:ident $($ids:ident)*] [$($ops:tt)*] $after:tt $default:tt
+        recv($rx:expr) -> $res:pat => $body:expr $(, $($rest:tt)*)?) => {
+        $crate::__select!(@parse [$($ids)*] [$($ops)* (recv $id ($rx) ($res) { $body })]
+            $after $default $($($rest)*)?)
+    };
+    (@parse [$id:ident $($ids:ident)*] [$($ops:tt)*] $after:tt $default:tt
+        send($tx:expr, $value:expr) -> $res:pat => $body:block $(,)? $($rest:tt)*) => {
+        $crate::__select!(@parse [$($ids)*] [$($ops)* (send $id ($tx, $value) ($res) $body)]
+            $after $default $($rest)*)
+    };
+    (@parse [$id:ident $($ids:ident)*] [$($ops:tt)*] $after:tt $default:tt
+        send($tx:expr, $value:expr) -> $res:pat => $body:expr $(, $($rest:tt)*)?) => {
+        $crate::__select!(@parse [$($ids)*] [$($ops)* (send $id ($tx, $value) ($res) { $body })]
+            $after $default $($($rest)*)?)
+    };
+    (@parse $ids:tt $ops:tt [] $default:tt
+        after($d:expr) => $body:block $(,)? $($rest:tt)*) => {
+        $crate::__select!(@parse $ids $ops [($d) $body] $default $($rest)*)
+    };
+    (@parse $ids:tt $ops:tt [] $default:tt
+        after($d:expr) => $body:expr $(, $($rest:tt)*)?) => {
+        $crate::__select!(@parse $ids $ops [($d) { $body }] $default $($($rest)*)?)
+    };
+    (@parse $ids:tt $ops:tt $after:tt []
+        default $(())? => $body:block $(,)? $($rest:tt)*) => {
+        $crate::__select!(@parse $ids $ops $after [{ $body }] $($rest)*)
+    };
+    (@parse $ids:tt $ops:tt $after:tt []
+        default $(())? => $body:expr $(, $($rest:tt)*)?) => {
+        $crate::__select!(@parse $ids $ops $after [{ $body }] $($($rest)*)?)
+    };
+    (@parse $ids:tt $ops:tt $after:tt $default:tt) => {
+        $crate::__select!(@emit $ops $after $default)
+    };
+    (@parse $ids:tt $ops:tt $after:tt $default:tt $($rest:tt)+) => {
+        ::core::compile_error!(
+            "weft::select!: expected `recv(rx) -> res => body`, `send(tx, value) -> res => body`, \
+             one `after(duration) => body` or one `default => body`"
+        )
+    };
+
+    // ---- expansion ----
+    (@emit [$(($kind:ident $id:ident $args:tt $res:tt $body:tt))*] [$($after:tt)*] [$($default:tt)*]) => {{
+        $( $crate::__select!(@bind $kind $id $args); )*
+        let __weft_deadline: ::core::option::Option<::std::time::Instant> =
+            $crate::__select!(@deadline $($after)*);
+        let __weft_outcome = $crate::chan::select::run(
+            &mut [$( &mut $id as &mut dyn $crate::chan::select::SelectArm ),*],
+            __weft_deadline,
+            $crate::__select!(@has_default $($default)*),
+        );
+        $crate::__select!(@dispatch __weft_outcome [$(($id $res $body))*] [$($after)*] [$($default)*])
+    }};
+    (@bind recv $id:ident ($rx:expr)) => {
+        let $id = &$rx;
+        #[allow(unused_mut)]
+        let mut $id = $id.__select_arm();
+    };
+    (@bind send $id:ident ($tx:expr, $value:expr)) => {
+        let $id = &$tx;
+        #[allow(unused_mut)]
+        let mut $id = $id.__select_arm($value);
+    };
+    (@deadline) => { ::core::option::Option::None };
+    (@deadline ($d:expr) $body:tt) => {
+        ::std::time::Instant::now().checked_add($d)
+    };
+    (@has_default) => { false };
+    (@has_default $body:tt) => { true };
+    (@dispatch $o:ident [($id:ident ($res:pat) $body:tt) $($rest:tt)*] $after:tt $default:tt) => {
+        match $id.__take() {
+            ::core::option::Option::Some($res) => $body,
+            ::core::option::Option::None => {
+                $crate::__select!(@dispatch $o [$($rest)*] $after $default)
+            }
+        }
+    };
+    (@dispatch $o:ident [] [$($d:tt $abody:tt)?] [$($dbody:tt)?]) => {
+        match $o {
+            $( $crate::chan::select::Selected::Timeout => $abody, )?
+            $( $crate::chan::select::Selected::Default => $dbody, )?
+            _ => ::core::unreachable!("weft: select! picked an arm it does not have"),
+        }
+    };
+}

@@ -1,0 +1,180 @@
+//! The semaphore core every weft lock is built on: a permit count with a fast path, and a FIFO
+//! queue of parked waiters that releases hand permits to directly.
+//!
+//! Owns: [`RawSemaphore`] — `state` (permits and the WAITERS bit; any thread, atomically) and
+//! `queue` (the waiters, behind a short std lock that is never held across a park).
+//!
+//! ```text
+//!   state = permits << 1 | WAITERS
+//!   acquire: WAITERS clear and enough permits ──CAS──► taken (no lock, no syscall)
+//!            else, under the queue lock: set WAITERS, queue a node, park until granted
+//!   release: WAITERS clear ──CAS──► permits added
+//!            else, under the queue lock: serve queued nodes in order, store what is left
+//! ```
+//!
+//! Invariants:
+//! 1. The WAITERS bit is set and cleared only under the queue lock, and is set exactly while
+//!    the queue is non-empty (set before the first node is queued, cleared when the last one
+//!    is served).
+//! 2. While WAITERS is set no fast path succeeds, so `state` changes only under the queue lock:
+//!    permits are handed to the queue head in FIFO order, and a writer waiting for every
+//!    permit of an `RwLock` is not starved by readers arriving after it.
+//! 3. A node is granted once, by the releaser that popped it, after the permits it needs were
+//!    taken for it; its owner parks in a loop until it sees `granted` (Acquire).
+//!
+//! May call: `park`. Called by: `sync` (Mutex, RwLock, Semaphore). Checked by
+//! `src/tests/loom_sync.rs`.
+//!
+//! Why handoff instead of Go's barging mutex with a starvation mode: handoff is fair by
+//! construction and needs no timer; the price is a lock convoy under heavy contention, where
+//! each unlock waits for the next owner to be scheduled. Uncontended, both are one CAS.
+
+use std::collections::VecDeque;
+
+use crate::loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use crate::loom::sync::{Arc, Mutex};
+use crate::park::Waiter;
+
+/// Some waiter is queued: fast paths are closed (invariant 1).
+const WAITERS: usize = 1;
+/// The largest permit count: `state` keeps one bit for WAITERS.
+pub(crate) const MAX_PERMITS: usize = usize::MAX >> 3;
+
+struct Node {
+    needed: usize,
+    granted: AtomicBool,
+    waiter: Waiter,
+}
+
+/// A counting semaphore that parks tasks (or blocks threads).
+pub(crate) struct RawSemaphore {
+    state: AtomicUsize,
+    queue: Mutex<VecDeque<Arc<Node>>>,
+}
+
+impl RawSemaphore {
+    pub(crate) fn new(permits: usize) -> Self {
+        assert!(
+            permits <= MAX_PERMITS,
+            "weft: semaphore permits exceed MAX_PERMITS"
+        );
+        RawSemaphore {
+            state: AtomicUsize::new(permits << 1),
+            queue: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// Takes `n` permits if available now and no one is queued.
+    pub(crate) fn try_acquire(&self, n: usize) -> bool {
+        let mut state = self.state.load(Ordering::Relaxed);
+        loop {
+            if state & WAITERS != 0 || state >> 1 < n {
+                return false;
+            }
+            // Acquire: pairs with the Release of the `release` that gave the permits back, so
+            // the protected data written before it is visible.
+            match self.state.compare_exchange_weak(
+                state,
+                state - (n << 1),
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(actual) => state = actual,
+            }
+        }
+    }
+
+    /// Takes `n` permits, parking with `park` until they are granted.
+    pub(crate) fn acquire(&self, n: usize, park: impl Fn()) {
+        if self.try_acquire(n) {
+            return;
+        }
+        let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.state.load(Ordering::Relaxed);
+        let node = loop {
+            if state & WAITERS == 0 && state >> 1 >= n {
+                // Acquire: as in `try_acquire`.
+                match self.state.compare_exchange_weak(
+                    state,
+                    state - (n << 1),
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => return,
+                    Err(actual) => state = actual,
+                }
+                continue;
+            }
+            // Invariant 1: set under the lock, before queueing. Relaxed: the queue lock orders
+            // this with the releaser that will read it under the same lock; a fast-path
+            // releaser that races us makes this CAS fail and we look again.
+            match self.state.compare_exchange_weak(
+                state,
+                state | WAITERS,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    let node = Arc::new(Node {
+                        needed: n,
+                        granted: AtomicBool::new(false),
+                        waiter: Waiter::current(),
+                    });
+                    queue.push_back(node.clone());
+                    break node;
+                }
+                Err(actual) => state = actual,
+            }
+        };
+        drop(queue);
+        // Acquire: pairs with the Release store of `granted` in `release` (invariant 3).
+        while !node.granted.load(Ordering::Acquire) {
+            park();
+        }
+    }
+
+    /// Gives `n` permits back, handing them to queued waiters first.
+    pub(crate) fn release(&self, n: usize) {
+        let mut state = self.state.load(Ordering::Relaxed);
+        while state & WAITERS == 0 {
+            // Release: publishes the protected data to the next acquirer (pairs with the
+            // Acquire CAS in `try_acquire`).
+            match self.state.compare_exchange_weak(
+                state,
+                state + (n << 1),
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(actual) => state = actual,
+            }
+        }
+        let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        // Invariant 2: WAITERS is set, so only lock holders change `state` now.
+        let state = self.state.load(Ordering::Relaxed);
+        let mut permits = (state >> 1) + n;
+        let mut granted = Vec::new();
+        while let Some(front) = queue.front() {
+            if front.needed > permits {
+                break;
+            }
+            permits -= front.needed;
+            granted.extend(queue.pop_front());
+        }
+        let waiters = if queue.is_empty() { 0 } else { WAITERS };
+        // Release: pairs with the Acquire of a later fast-path acquirer.
+        self.state.store(permits << 1 | waiters, Ordering::Release);
+        drop(queue);
+        for node in granted {
+            // Release: pairs with the Acquire load in `acquire` (invariant 3).
+            node.granted.store(true, Ordering::Release);
+            node.waiter.clone().wake();
+        }
+    }
+
+    /// The permits available now (a snapshot).
+    pub(crate) fn available(&self) -> usize {
+        self.state.load(Ordering::Relaxed) >> 1
+    }
+}
