@@ -440,7 +440,10 @@ impl Worker {
             let timeout = self
                 .fire_timers()
                 .map(|deadline| deadline.saturating_duration_since(Instant::now()));
-            if timeout != Some(Duration::ZERO) {
+            // A timer that expired since `has_work` put its task in `ready`: run it rather than
+            // sleep (until the next deadline, or forever if that was the last timer).
+            let fired = !self.ready.borrow().is_empty();
+            if !fired && timeout != Some(Duration::ZERO) {
                 let slept = Instant::now();
                 self.wait(timeout);
                 // Woken early by a notify (not by the timeout: timers alone never justify
