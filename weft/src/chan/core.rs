@@ -38,6 +38,10 @@
 //!    again (crossbeam-channel's approach).
 //! 6. The buffer holds at most `cap` values; `cap == 0` is a rendezvous (values pass only from a
 //!    sender entry to a receiver or the reverse), `usize::MAX` is unbounded.
+//! 7. The selector of a single blocking operation (not a `select!`) has one entry in one
+//!    channel, so every transition out of WAITING — a claim, or the owner's abort on timeout
+//!    or unwind — happens under that channel's lock: they are plain loads and stores, not
+//!    CAS. A `select!`'s selector is claimed from several channels' locks and uses CAS.
 //!
 //! May call: `park`. Called by: `chan` (Sender, Receiver, select!), `time` (after, tick).
 //!
@@ -79,11 +83,25 @@ const SELECTED: usize = 3;
 pub struct Selector {
     state: AtomicUsize,
     waiter: SelectorWaiter,
+    /// One entry in one channel (a plain blocking send or recv): claims and aborts both
+    /// happen under that channel's lock, so they need no CAS (invariant 7).
+    single: bool,
 }
 
 impl Selector {
+    /// A selector for a `select!`, whose entries sit in several channels.
     pub(crate) fn new() -> Selector {
         Selector {
+            single: false,
+            state: AtomicUsize::new(WAITING),
+            waiter: SelectorWaiter::current(),
+        }
+    }
+
+    /// A selector for one blocking operation on one channel (invariant 7).
+    fn new_single() -> Selector {
+        Selector {
+            single: true,
             state: AtomicUsize::new(WAITING),
             waiter: SelectorWaiter::current(),
         }
@@ -91,6 +109,14 @@ impl Selector {
 
     /// A peer, under the channel lock: takes the right to complete this selector (invariant 2).
     fn claim(&self) -> bool {
+        if self.single {
+            // Invariant 7: the claimer and the owner's abort both hold the channel lock.
+            if self.state.load(Ordering::Relaxed) != WAITING {
+                return false;
+            }
+            self.state.store(CLAIMED, Ordering::Relaxed);
+            return true;
+        }
         // Relaxed is enough: the entry was published to us by the channel lock, and what we
         // hand over is published by `complete`'s Release.
         self.state
@@ -547,19 +573,39 @@ impl<T> Chan<T> {
         wake_at: Option<Instant>,
         park: &mut dyn FnMut(Option<Instant>),
     ) -> bool {
-        match catch_unwind(AssertUnwindSafe(|| wait(sel, wake_at, park))) {
-            Ok(true) => true, // the claimer popped it
-            Ok(false) => {
-                self.unqueue(side, entry);
-                false
+        let waited = catch_unwind(AssertUnwindSafe(|| loop {
+            if sel.selected().is_some() {
+                return true; // the claimer popped it
             }
+            if wake_at.is_some_and(|d| Instant::now() >= d) {
+                return self.abort_one(sel, side, entry);
+            }
+            park(wake_at);
+        }));
+        match waited {
+            Ok(selected) => selected,
             Err(payload) => {
-                if sel.abort().is_ok() {
-                    self.unqueue(side, entry);
-                }
+                self.abort_one(sel, side, entry);
                 resume_unwind(payload)
             }
         }
+    }
+
+    /// Gives up a single-entry wait under the channel lock (invariant 7); true if a claimer
+    /// got there first (then the entry's slot holds the outcome).
+    fn abort_one(&self, sel: &Selector, side: Side, entry: &Entry<T>) -> bool {
+        let mut state = self.lock();
+        if sel.state.load(Ordering::Relaxed) == WAITING {
+            sel.state.store(ABORTED, Ordering::Relaxed);
+            match side {
+                Side::Senders => remove_entry(&mut state.senders, entry),
+                Side::Receivers => remove_entry(&mut state.receivers, entry),
+            }
+            return false;
+        }
+        drop(state);
+        // Claimed (popped already): wait out the CLAIMED window for the handoff.
+        sel.selected().is_some()
     }
 
     /// Sends, parking with `park(deadline)` while the channel is full, until `deadline`.
@@ -580,7 +626,7 @@ impl<T> Chan<T> {
             (TrySend::Full(value), _) => value,
         };
         // Invariant 4: queued under the lock that saw the channel full.
-        let sel = Selector::new();
+        let sel = Selector::new_single();
         let entry = Entry::new(&sel, 0, Some(value));
         state.senders.push_back(Queued(&entry));
         drop(state);
@@ -610,7 +656,7 @@ impl<T> Chan<T> {
                 (TryRecv::Disconnected, _) => return RecvOutcome::Disconnected,
                 (TryRecv::Empty, _) => {}
             }
-            let sel = Selector::new();
+            let sel = Selector::new_single();
             let entry = Entry::new(&sel, 0, None);
             state.receivers.push_back(Queued(&entry));
             // A timer channel is its own waker: wake up at its next tick.
