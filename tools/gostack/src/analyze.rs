@@ -4,7 +4,10 @@
 //! `runtime.newstack` (or `runtime.morestack`): the goroutine ran out of stack and the
 //! runtime is allocating a bigger one and copying the old one into it (`copystack`). A
 //! sample is *shrink* when it passes through `runtime.shrinkstack` (the GC halving an
-//! oversized stack) and not through growth.
+//! oversized stack) and not through growth. The runtime also enters `newstack` to
+//! preempt a goroutine at a function prologue (the stack guard is poisoned); those
+//! samples have `gopreempt_m` or `preemptPark` below `newstack`, copy nothing, and are
+//! counted apart as *preemption*.
 //!
 //! For a growth sample, the frames below `newstack`/`morestack` (leaf side) are the
 //! runtime's; the first frame above them is the function whose prologue found the stack
@@ -47,6 +50,8 @@ const GROWTH: [&str; 3] = [
     "runtime.morestack_noctxt",
 ];
 const SHRINK: &str = "runtime.shrinkstack";
+/// Below `newstack`, these mean it was entered to preempt, not to grow.
+const PREEMPT: [&str; 2] = ["runtime.gopreempt_m", "runtime.preemptPark"];
 const ROOT: &str = "runtime.goexit";
 /// Most PCs the runtime's CPU profiler records per sample (`maxCPUProfStack`). A sample
 /// that long whose chain does not end at `runtime.goexit` may have lost its root frames.
@@ -125,7 +130,7 @@ pub struct Recommendation {
 }
 
 /// A run of identical frames in a chain (recursion shows as one run).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct ChainFrame {
     /// Function name.
     pub function: String,
@@ -184,6 +189,9 @@ pub struct Analysis {
     pub growth: Share,
     /// CPU in stack shrinking (`shrinkstack` and below).
     pub shrink: Share,
+    /// CPU in prologue preemption through `newstack` (`gopreempt_m`, `preemptPark`):
+    /// not growth, left out of it.
+    pub preempt: Share,
     /// Distribution of needs over growth samples (absent without growth).
     pub need: Option<Distribution>,
     /// Recommended starting stack size (absent without growth).
@@ -256,6 +264,12 @@ pub fn analyze(bin: &GoBinary, profile: &Profile, opts: &Options) -> ParseResult
     let is = |f: Frame, names: &[&str]| names.contains(&profile.name(f));
     let total = profile.total();
 
+    let (kind, unit) = &profile.sample_type;
+    if kind != "cpu" && kind != "samples" {
+        return Err(Problem::new(format!(
+            "not a CPU profile: its samples count {kind} ({unit}); take one with runtime/pprof.StartCPUProfile"
+        )));
+    }
     check_same_binary(profile, &frames)?;
     let build_id_note = match (&profile.main_build_id, &bin.build_id) {
         (Some(p), Some(b)) if p != b => Some(format!(
@@ -267,10 +281,15 @@ pub fn analyze(bin: &GoBinary, profile: &Profile, opts: &Options) -> ParseResult
     let reserve = bin.arch.start_reserve();
     let mut growth = (0i64, 0usize);
     let mut shrink = (0i64, 0usize);
+    let mut preempt = (0i64, 0usize);
     // chain key (frames from the growing function to the root) -> (value, samples, cut)
     let mut chains: HashMap<&[Frame], (i64, usize, bool)> = HashMap::new();
     for s in &profile.samples {
         match s.frames.iter().position(|&f| is(f, &GROWTH)) {
+            Some(i) if s.frames[..i].iter().any(|&f| is(f, &PREEMPT)) => {
+                preempt.0 = preempt.0.saturating_add(s.value);
+                preempt.1 += 1;
+            }
             Some(i) => {
                 growth.0 = growth.0.saturating_add(s.value);
                 growth.1 += 1;
@@ -349,7 +368,7 @@ pub fn analyze(bin: &GoBinary, profile: &Profile, opts: &Options) -> ParseResult
             .cmp(&a.growth.value)
             .then(b.need.cmp(&a.need))
             .then_with(|| a.stack.len().cmp(&b.stack.len()))
-            .then_with(|| a.grew.cmp(&b.grew))
+            .then_with(|| a.stack.cmp(&b.stack))
     });
 
     let weighted: Vec<(u64, i64)> = out.iter().map(|c| (c.need, c.growth.value)).collect();
@@ -413,6 +432,7 @@ pub fn analyze(bin: &GoBinary, profile: &Profile, opts: &Options) -> ParseResult
         start_reserve: reserve,
         growth: share(growth.0, growth.1, total),
         shrink: share(shrink.0, shrink.1, total),
+        preempt: share(preempt.0, preempt.1, total),
         need,
         recommendation,
         truncated_chains: out.iter().filter(|c| c.truncated).count(),
@@ -534,6 +554,8 @@ mod tests {
             ("runtime.copystack", 100),
             ("runtime.memmove", 8),
             ("runtime.shrinkstack", 64),
+            ("runtime.gopreempt_m", 32),
+            ("runtime.schedule", 96),
             ("runtime.gcDrain", 64),
             ("main.handle", 64),
             ("main.recurse", 512),
@@ -569,8 +591,21 @@ mod tests {
             "runtime.shrinkstack",
             "runtime.gcDrain",
         ];
+        let preempt: &[&str] = &[
+            "runtime.schedule",
+            "runtime.gopreempt_m",
+            "runtime.newstack",
+            "main.work",
+            "main.handle",
+        ];
         let p = Profile::parse(&build(
-            &[(leaf, 60), (mid, 20), (other, 15), (shrink, 5)],
+            &[
+                (leaf, 60),
+                (mid, 20),
+                (other, 12),
+                (shrink, 5),
+                (preempt, 3),
+            ],
             "b1",
         ))
         .unwrap();
@@ -578,6 +613,7 @@ mod tests {
         assert_eq!(a.growth.value, 80);
         assert!((a.growth.share - 0.8).abs() < 1e-9);
         assert_eq!(a.shrink.value, 5);
+        assert_eq!(a.preempt.value, 3);
         assert_eq!(a.chains.len(), 2);
         let c = &a.chains[0];
         assert_eq!(c.grew, "main.leaf");
@@ -651,6 +687,28 @@ mod tests {
             e.message().starts_with("profile is not from this binary"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn chain_order_is_total() {
+        let a: &[&str] = &[
+            "runtime.newstack",
+            "main.recurse",
+            "main.work",
+            "main.handle",
+        ];
+        let b: &[&str] = &[
+            "runtime.newstack",
+            "main.recurse",
+            "main.handle",
+            "main.work",
+        ];
+        for order in [[a, b], [b, a]] {
+            let p = Profile::parse(&build(&[(order[0], 5), (order[1], 5)], "")).unwrap();
+            let r = analyze(&sample_bin(), &p, &Options::default()).unwrap();
+            assert_eq!(r.chains[0].need, r.chains[1].need);
+            assert_eq!(r.chains[0].stack[1].function, "main.handle");
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! This module owns the step from "a file" to "every function with its frame size". It
 //! reads ELF (and, through the `object` crate, Mach-O and PE) files. The pclntab is taken
 //! from the `.gopclntab` section (non-PIE and, since Go 1.2x, PIE builds),
-//! `.data.rel.ro.gopclntab` (PIE builds of some Go versions) or `__gopclntab` (Mach-O);
+//! `.data.rel.ro.gopclntab` (PIE builds of older Go, e.g. 1.21) or `__gopclntab` (Mach-O);
 //! when there is no such section (section headers stripped, or a format that keeps the
 //! table inside another section) the file is scanned for the table's magic and every
 //! candidate is decoded until one decodes whole.

@@ -171,7 +171,8 @@ pub struct Sample {
 /// A resolved profile.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Profile {
-    /// The chosen sample type and unit, e.g. `cpu`/`nanoseconds`.
+    /// The chosen sample type and unit: `cpu`/`nanoseconds` when present, else
+    /// `samples`/`count`, else the profile's default (or last) type.
     pub sample_type: (String, String),
     /// Profile duration in nanoseconds.
     pub duration_nanos: i64,
@@ -257,9 +258,11 @@ fn resolve(pb: PbProfile) -> ParseResult<Profile> {
         types.push((s(t.r#type)?.to_string(), s(t.unit)?.to_string()));
     }
     let default = s(pb.default_sample_type)?;
+    // CPU time if recorded, else sample counts, else the profile's default, else the last.
     let vi = types
         .iter()
         .position(|(t, _)| t == "cpu")
+        .or_else(|| types.iter().position(|(t, _)| t == "samples"))
         .or_else(|| {
             types
                 .iter()

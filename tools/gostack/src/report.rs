@@ -131,6 +131,14 @@ pub fn analysis(a: &Analysis, top: usize, json: bool) -> String {
         "morestack/newstack/copystack and below",
     );
     out += &share_line("stack shrink", &a.shrink, unit, "shrinkstack and below");
+    if a.preempt.samples > 0 {
+        out += &share_line(
+            "preemption",
+            &a.preempt,
+            unit,
+            "newstack entered to preempt (gopreempt_m/preemptPark), not growth",
+        );
+    }
     let (Some(d), Some(r)) = (a.need, a.recommendation) else {
         out += "\nno sample reached stack growth: nothing to recommend\n";
         return out;

@@ -114,15 +114,16 @@ fn bad_profiles() {
     analyze_error(&bin, &cut, "gzip");
 }
 
-#[test]
-fn profile_from_another_binary() {
-    let bin = fixture_binary("service.amd64.stripped");
+/// A gzipped profile with one sample through `runtime.newstack` into `other.Handler`,
+/// with two sample types given as (type, unit) pairs.
+fn foreign_profile(types: [(&str, &str); 2]) -> Vec<u8> {
+    let [(t0, u0), (t1, u1)] = types;
     let st: Vec<String> = [
         "",
-        "samples",
-        "count",
-        "cpu",
-        "nanoseconds",
+        t0,
+        u0,
+        t1,
+        u1,
         "runtime.newstack",
         "other.Handler",
         "other.serve",
@@ -165,8 +166,28 @@ fn profile_from_another_binary() {
     };
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     gz.write_all(&pb.encode_to_vec()).unwrap();
-    let other = scratch_file("other.pprof", &gz.finish().unwrap());
-    analyze_error(&bin, &other, "profile is not from this binary");
+    gz.finish().unwrap()
+}
+
+#[test]
+fn profile_of_another_binary_or_not_of_cpu() {
+    let bin = fixture_binary("service.amd64.stripped");
+    let cases = [
+        (
+            "other.pprof",
+            [("samples", "count"), ("cpu", "nanoseconds")],
+            "profile is not from this binary",
+        ),
+        (
+            "heap.pprof",
+            [("alloc_objects", "count"), ("alloc_space", "bytes")],
+            "not a CPU profile",
+        ),
+    ];
+    for (name, types, needle) in cases {
+        let p = scratch_file(name, &foreign_profile(types));
+        analyze_error(&bin, &p, needle);
+    }
 }
 
 #[test]

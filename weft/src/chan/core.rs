@@ -177,15 +177,15 @@ impl Selector {
 #[cfg(not(loom))]
 #[derive(Debug)]
 enum SelectorWaiter {
-    Task(*const crate::task::Header),
+    Task(*const dyn crate::task::TaskCell),
     Thread(std::thread::Thread),
 }
 
 #[cfg(not(loom))]
 impl SelectorWaiter {
     fn current() -> Self {
-        match crate::sched::current_task_header() {
-            Some(header) => SelectorWaiter::Task(header),
+        match crate::sched::current_task_ptr() {
+            Some(task) => SelectorWaiter::Task(task),
             None => SelectorWaiter::Thread(std::thread::current()),
         }
     }
@@ -197,19 +197,15 @@ type SelectorWaiter = Waiter;
 #[cfg(not(loom))]
 fn wake_by_ref(waiter: &SelectorWaiter) {
     match waiter {
-        SelectorWaiter::Task(header) => {
+        SelectorWaiter::Task(task) => {
             // SAFETY: the task is blocked on this selector, so it is Started and its worker's
-            // live list holds a reference (task/mod.rs invariant 3): the header is alive.
-            let header = unsafe { &**header };
+            // live list holds a reference (task/mod.rs invariant 3): the cell is alive, and a
+            // cell's address is its header's (task/cell.rs).
+            let header = unsafe { &*(*task as *const crate::task::Header) };
             if header.park.unpark() {
-                // SAFETY: `header` came from a live `Arc<Header>`; counting the new reference
-                // first makes `from_raw` produce an owned one.
-                let task = unsafe {
-                    std::sync::Arc::increment_strong_count(header);
-                    crate::task::Task {
-                        header: std::sync::Arc::from_raw(header),
-                    }
-                };
+                // SAFETY: as above, the task is alive; this counts a new reference for the
+                // queue the task goes to.
+                let task = unsafe { crate::task::Task::clone_from_ptr(*task) };
                 crate::sched::schedule_woken(task);
             }
         }

@@ -35,7 +35,7 @@ mod worker;
 
 #[cfg(not(loom))]
 pub(crate) use worker::{
-    current_task, current_task_header, park_current_task, park_current_task_until, schedule_woken,
+    current_task, current_task_ptr, park_current_task, park_current_task_until, schedule_woken,
     suspend_current, with_spawner,
 };
 

@@ -8,17 +8,23 @@ use weft_gostack::binary::{Arch, FuncFrame, GoBinary};
 use weft_gostack::pprof::Profile;
 
 fn binary() -> GoBinary {
-    let funcs = ["runtime.newstack", "runtime.morestack", "runtime.copystack", "main.f", "main.g"]
-        .iter()
-        .enumerate()
-        .map(|(i, n)| FuncFrame {
-            name: n.to_string(),
-            frame: 64 * (i as u32 + 1),
-            sp_delta_max: 64 * (i as u32 + 1) - 8,
-            code_size: 16,
-            entry: 16 * i as u32,
-        })
-        .collect();
+    let funcs = [
+        "runtime.newstack",
+        "runtime.morestack",
+        "runtime.copystack",
+        "main.f",
+        "main.g",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, n)| FuncFrame {
+        name: n.to_string(),
+        frame: 64 * (i as u32 + 1),
+        sp_delta_max: 64 * (i as u32 + 1) - 8,
+        code_size: 16,
+        entry: 16 * i as u32,
+    })
+    .collect();
     GoBinary {
         arch: Arch::Amd64,
         go_version: None,

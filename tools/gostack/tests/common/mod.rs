@@ -77,12 +77,16 @@ pub fn without_section_headers(elf: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The Go toolchain: `.venv-go/bin/go` at the workspace root, else `go` on PATH, of
-/// version 1.18 or later. `Err` says why there is none.
+/// The Go toolchain: `$GOSTACK_GO` when set, else `.venv-go/bin/go` at the workspace
+/// root, else `go` on PATH; of version 1.18 or later. `Err` says why there is none.
 pub fn go_toolchain() -> Result<PathBuf, String> {
     let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv-go/bin/go");
+    let candidates = match std::env::var_os("GOSTACK_GO") {
+        Some(go) => vec![PathBuf::from(go)],
+        None => vec![venv, PathBuf::from("go")],
+    };
     let mut reasons = Vec::new();
-    for cand in [venv, PathBuf::from("go")] {
+    for cand in candidates {
         match Command::new(&cand).arg("version").output() {
             Ok(o) if o.status.success() => {
                 let v = String::from_utf8_lossy(&o.stdout).to_string();
@@ -115,19 +119,21 @@ pub fn go_toolchain() -> Result<PathBuf, String> {
     ))
 }
 
-/// Returns the Go toolchain, or prints `skipped: <reason>` to stderr and returns `None`.
-pub fn go_or_skip(test: &str) -> Option<PathBuf> {
-    match go_toolchain() {
-        Ok(go) => Some(go),
-        Err(reason) => {
-            eprintln!("{test}: skipped: {reason}");
-            None
-        }
-    }
+/// Prints `<test>: skipped: <reason>` to the stderr handle itself, not through
+/// `eprintln!`, so the test harness's output capture cannot hide it.
+pub fn skip(test: &str, reason: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{test}: skipped: {reason}");
 }
 
-/// Builds the fixture service with `go build -trimpath <flags>` for `goarch` into the
-/// scratch folder.
+/// Returns the Go toolchain, or says the test is skipped and returns `None`.
+pub fn go_or_skip(test: &str) -> Option<PathBuf> {
+    go_toolchain().map_err(|reason| skip(test, &reason)).ok()
+}
+
+/// Builds the fixture service with `go build -trimpath -buildvcs=false <flags>` for
+/// `goarch` into the scratch folder (no VCS stamp: the same source gives the same bytes
+/// in any checkout).
 pub fn go_build(go: &Path, out: &str, goarch: &str, flags: &[&str]) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("gostack-go");
     std::fs::create_dir_all(&dir).unwrap();
@@ -140,7 +146,7 @@ pub fn go_build(go: &Path, out: &str, goarch: &str, flags: &[&str]) -> PathBuf {
         .env("CGO_ENABLED", "0")
         .env("GOOS", "linux")
         .env("GOARCH", goarch)
-        .args(["build", "-trimpath"])
+        .args(["build", "-trimpath", "-buildvcs=false"])
         .args(flags)
         .arg("-o")
         .arg(&path)
