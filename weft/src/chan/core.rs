@@ -203,9 +203,9 @@ fn wake_by_ref(waiter: &SelectorWaiter) {
             // cell's address is its header's (task/cell.rs).
             let header = unsafe { &*(*task as *const crate::task::Header) };
             if header.park.unpark() {
-                // SAFETY: as above, the task is alive; this counts a new reference for the
-                // queue the task goes to.
-                let task = unsafe { crate::task::Task::clone_from_ptr(*task) };
+                // SAFETY: this unpark saw PARKED, so it owns the parked reference
+                // (task/mod.rs invariant 4).
+                let task = unsafe { crate::task::Task::from_parked(*task) };
                 crate::sched::schedule_woken(task);
             }
         }

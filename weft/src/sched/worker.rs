@@ -509,7 +509,11 @@ impl Worker {
             header as *const Header as *const dyn stack::DescribeTask,
         ));
         let remote = &self.remote;
-        remote.resumes.fetch_add(1, Ordering::Relaxed);
+        // Only this worker writes `resumes`: a load and a store, not a locked `fetch_add`.
+        let resumes = remote.resumes.load(Ordering::Relaxed);
+        remote
+            .resumes
+            .store(resumes.wrapping_add(1), Ordering::Relaxed);
         remote
             .running_id
             .store(header.id.as_u64(), Ordering::Relaxed);
@@ -525,7 +529,9 @@ impl Worker {
             CoroutineResult::Yield(Suspend::Yield) => self.ready.borrow_mut().push_back(task),
             CoroutineResult::Yield(Suspend::Park) => {
                 // park/state.rs invariant 2: published only now, off the task's stack.
-                if !header.park.publish_parked() {
+                if header.park.publish_parked() {
+                    task.into_parked(); // task/mod.rs invariant 4
+                } else {
                     self.ready.borrow_mut().push_back(task);
                 }
             }
