@@ -20,9 +20,15 @@
 //!   time ([`RuntimeBuilder::workers`], `WEFT_WORKERS` like `GOMAXPROCS`).
 //! - **Park / unpark** = `gopark` / `goready`: a task blocks without blocking its worker.
 //! - **Slot** = a goroutine stack: fixed-size, never moved.
+//! - **Channel** = `chan` ([`chan::bounded`], [`chan::unbounded`]); [`select!`] = `select`.
+//! - **Selector / entry** = `selectDone` / `sudog`: a blocked channel operation, one entry per
+//!   channel it waits on ([`chan`]).
 //!
 //! # Layers
 //! ```text
+//!   chan (channels, select!) ─┐
+//!   sync (Mutex, WaitGroup…)  ─┼─► park
+//!   time (sleep, after, tick) ─┘
 //!   task (spawn, JoinHandle, Builder) ─┐
 //!   park (Waiter, park/wake protocol) ─┼─► sched (Runtime, workers, queues) ─► stack (slots, guards, overflow)
 //! ```

@@ -175,3 +175,18 @@ fn iter_ends_when_closed() {
         producer.join().unwrap();
     });
 }
+
+#[test]
+fn handles_are_clone_send_and_sync() {
+    fn assert_traits<T: Clone + Send + Sync>() {}
+    assert_traits::<weft::chan::Sender<String>>();
+    assert_traits::<weft::chan::Receiver<String>>();
+    fn assert_sync<T: Send + Sync>() {}
+    assert_sync::<weft::sync::Mutex<Vec<u8>>>();
+    assert_sync::<weft::sync::RwLock<Vec<u8>>>();
+    assert_sync::<weft::sync::WaitGroup>();
+    assert_sync::<weft::sync::Semaphore>();
+    assert_sync::<weft::sync::Condvar>();
+    assert_sync::<weft::sync::Barrier>();
+    assert_sync::<weft::sync::Once>();
+}

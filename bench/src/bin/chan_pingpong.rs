@@ -97,7 +97,15 @@ fn main() {
         "workers", "weft ns", "tokio ns", "go ns", "weft/go", "weft/tok"
     );
     let mut json = Vec::new();
-    for workers in [1usize, 2] {
+    // WEFT_BENCH_WORKERS=1 (or 2) runs only that row (for profiling).
+    let rows: Vec<usize> = match std::env::var("WEFT_BENCH_WORKERS")
+        .ok()
+        .and_then(|w| w.parse().ok())
+    {
+        Some(w) => vec![w],
+        None => vec![1, 2],
+    };
+    for workers in rows {
         let weft = median((0..ROUNDS).map(|_| weft_round(workers, n)).collect());
         let tokio = if only_weft {
             f64::NAN

@@ -38,6 +38,10 @@
 //!    again (crossbeam-channel's approach).
 //! 6. The buffer holds at most `cap` values; `cap == 0` is a rendezvous (values pass only from a
 //!    sender entry to a receiver or the reverse), `usize::MAX` is unbounded.
+//! 7. The selector of a single blocking operation (not a `select!`) has one entry in one
+//!    channel, so every transition out of WAITING — a claim, or the owner's abort on timeout
+//!    or unwind — happens under that channel's lock: they are plain loads and stores, not
+//!    CAS. A `select!`'s selector is claimed from several channels' locks and uses CAS.
 //!
 //! May call: `park`. Called by: `chan` (Sender, Receiver, select!), `time` (after, tick).
 //!
@@ -55,13 +59,18 @@ use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::time::{Duration, Instant};
 
+#[cfg(not(loom))]
+use super::spin_lock::{Mutex, MutexGuard};
 use crate::loom::sync::atomic::{AtomicUsize, Ordering};
 #[cfg(loom)]
 use crate::loom::sync::{Mutex, MutexGuard};
 #[cfg(loom)]
 use crate::park::Waiter;
-#[cfg(not(loom))]
-use spin_lock::{Mutex, MutexGuard};
+
+#[path = "arms.rs"]
+mod arms;
+pub(crate) use arms::select;
+pub use arms::{RecvArm, SelectArm, Selected, SendArm};
 
 /// Nobody has completed this operation yet; peers may claim it, the owner may abort it.
 const WAITING: usize = 0;
@@ -79,11 +88,25 @@ const SELECTED: usize = 3;
 pub struct Selector {
     state: AtomicUsize,
     waiter: SelectorWaiter,
+    /// One entry in one channel (a plain blocking send or recv): claims and aborts both
+    /// happen under that channel's lock, so they need no CAS (invariant 7).
+    single: bool,
 }
 
 impl Selector {
+    /// A selector for a `select!`, whose entries sit in several channels.
     pub(crate) fn new() -> Selector {
         Selector {
+            single: false,
+            state: AtomicUsize::new(WAITING),
+            waiter: SelectorWaiter::current(),
+        }
+    }
+
+    /// A selector for one blocking operation on one channel (invariant 7).
+    fn new_single() -> Selector {
+        Selector {
+            single: true,
             state: AtomicUsize::new(WAITING),
             waiter: SelectorWaiter::current(),
         }
@@ -91,6 +114,14 @@ impl Selector {
 
     /// A peer, under the channel lock: takes the right to complete this selector (invariant 2).
     fn claim(&self) -> bool {
+        if self.single {
+            // Invariant 7: the claimer and the owner's abort both hold the channel lock.
+            if self.state.load(Ordering::Relaxed) != WAITING {
+                return false;
+            }
+            self.state.store(CLAIMED, Ordering::Relaxed);
+            return true;
+        }
         // Relaxed is enough: the entry was published to us by the channel lock, and what we
         // hand over is published by `complete`'s Release.
         self.state
@@ -173,11 +204,13 @@ fn wake_by_ref(waiter: &SelectorWaiter) {
     match waiter {
         SelectorWaiter::Task(task) => {
             // SAFETY: the task is blocked on this selector, so it is Started and its worker's
-            // live list holds a reference (task/mod.rs invariant 3): it is alive.
-            let header = unsafe { crate::task::Task::header_of(*task) };
+            // live list holds a reference (task/mod.rs invariant 3): the cell is alive, and a
+            // cell's address is its header's (task/cell.rs).
+            let header = unsafe { &*(*task as *const crate::task::Header) };
             if header.park.unpark() {
-                // SAFETY: as above; the pointer came from `Task::as_ptr`.
-                let task = unsafe { crate::task::Task::clone_from_ptr(*task) };
+                // SAFETY: this unpark saw PARKED, so it owns the parked reference
+                // (task/mod.rs invariant 4).
+                let task = unsafe { crate::task::Task::from_parked(*task) };
                 crate::sched::schedule_woken(task);
             }
         }
@@ -541,19 +574,39 @@ impl<T> Chan<T> {
         wake_at: Option<Instant>,
         park: &mut dyn FnMut(Option<Instant>),
     ) -> bool {
-        match catch_unwind(AssertUnwindSafe(|| wait(sel, wake_at, park))) {
-            Ok(true) => true, // the claimer popped it
-            Ok(false) => {
-                self.unqueue(side, entry);
-                false
+        let waited = catch_unwind(AssertUnwindSafe(|| loop {
+            if sel.selected().is_some() {
+                return true; // the claimer popped it
             }
+            if wake_at.is_some_and(|d| Instant::now() >= d) {
+                return self.abort_one(sel, side, entry);
+            }
+            park(wake_at);
+        }));
+        match waited {
+            Ok(selected) => selected,
             Err(payload) => {
-                if sel.abort().is_ok() {
-                    self.unqueue(side, entry);
-                }
+                self.abort_one(sel, side, entry);
                 resume_unwind(payload)
             }
         }
+    }
+
+    /// Gives up a single-entry wait under the channel lock (invariant 7); true if a claimer
+    /// got there first (then the entry's slot holds the outcome).
+    fn abort_one(&self, sel: &Selector, side: Side, entry: &Entry<T>) -> bool {
+        let mut state = self.lock();
+        if sel.state.load(Ordering::Relaxed) == WAITING {
+            sel.state.store(ABORTED, Ordering::Relaxed);
+            match side {
+                Side::Senders => remove_entry(&mut state.senders, entry),
+                Side::Receivers => remove_entry(&mut state.receivers, entry),
+            }
+            return false;
+        }
+        drop(state);
+        // Claimed (popped already): wait out the CLAIMED window for the handoff.
+        sel.selected().is_some()
     }
 
     /// Sends, parking with `park(deadline)` while the channel is full, until `deadline`.
@@ -574,7 +627,7 @@ impl<T> Chan<T> {
             (TrySend::Full(value), _) => value,
         };
         // Invariant 4: queued under the lock that saw the channel full.
-        let sel = Selector::new();
+        let sel = Selector::new_single();
         let entry = Entry::new(&sel, 0, Some(value));
         state.senders.push_back(Queued(&entry));
         drop(state);
@@ -604,7 +657,7 @@ impl<T> Chan<T> {
                 (TryRecv::Disconnected, _) => return RecvOutcome::Disconnected,
                 (TryRecv::Empty, _) => {}
             }
-            let sel = Selector::new();
+            let sel = Selector::new_single();
             let entry = Entry::new(&sel, 0, None);
             state.receivers.push_back(Queued(&entry));
             // A timer channel is its own waker: wake up at its next tick.
@@ -697,316 +750,5 @@ pub(crate) fn wait(
             return sel.abort().is_err();
         }
         park(deadline);
-    }
-}
-
-/// One arm of a `select!`, type-erased.
-pub trait SelectArm {
-    /// Tries the operation without blocking; true if it completed (its result is stored).
-    fn try_now(&mut self) -> bool;
-    /// Queues the arm's entry under `sel`; true if the channel turned ready meanwhile.
-    fn register(&mut self, sel: &Selector, arm: usize) -> bool;
-    /// Removes the entry after the wait; `selected` if this arm is the one that completed.
-    fn unregister(&mut self, selected: bool);
-    /// When a timer channel behind this arm becomes ready, if it is one.
-    fn deadline(&self) -> Option<Instant>;
-}
-
-/// What a `select!` picked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Selected {
-    /// The arm with this index completed.
-    Arm(usize),
-    /// The `after` deadline passed first.
-    Timeout,
-    /// Nothing was ready and there is a `default` arm.
-    Default,
-}
-
-/// Go's `selectgo`: poll every arm in a random order, else register on all and park.
-pub(crate) fn select(
-    arms: &mut [&mut dyn SelectArm],
-    deadline: Option<Instant>,
-    default: bool,
-    order: &mut dyn FnMut(&mut [usize]),
-    park: &mut dyn FnMut(Option<Instant>),
-) -> Selected {
-    const MAX_ARMS: usize = 64;
-    assert!(
-        arms.len() <= MAX_ARMS,
-        "weft: select! with more than 64 arms"
-    );
-    let mut perm = [0usize; MAX_ARMS];
-    let perm = &mut perm[..arms.len()];
-    loop {
-        // Poll in a fresh random order: of the ready arms, each is first equally often.
-        for (i, p) in perm.iter_mut().enumerate() {
-            *p = i;
-        }
-        order(perm);
-        for &i in perm.iter() {
-            if arms[i].try_now() {
-                return Selected::Arm(i);
-            }
-        }
-        if default {
-            return Selected::Default;
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Selected::Timeout;
-        }
-        let sel = Selector::new();
-        let mut registered = 0;
-        let mut ready = false;
-        for &i in perm.iter() {
-            registered += 1;
-            if arms[i].register(&sel, i) {
-                ready = true; // invariant 5: abort and poll again
-                break;
-            }
-        }
-        let wake_at = arms
-            .iter()
-            .fold(deadline, |at, arm| earliest(at, arm.deadline()));
-        let waited = catch_unwind(AssertUnwindSafe(|| {
-            if ready {
-                sel.abort().err()
-            } else if wait(&sel, wake_at, park) {
-                sel.selected()
-            } else {
-                None
-            }
-        }));
-        let chosen = match &waited {
-            Ok(chosen) => *chosen,
-            Err(_) => sel.abort().err(),
-        };
-        // Invariant 3: every entry leaves every queue before `sel` goes out of scope.
-        for &i in &perm[..registered] {
-            arms[i].unregister(chosen == Some(i));
-        }
-        if let Err(payload) = waited {
-            resume_unwind(payload);
-        }
-        if let Some(i) = chosen {
-            return Selected::Arm(i);
-        }
-    }
-}
-
-/// A `select!` receive arm over a channel core.
-pub struct RecvArm<'a, T> {
-    chan: &'a Chan<T>,
-    /// The boxed entry while registered (a raw pointer: other threads reach it meanwhile).
-    entry: *mut Entry<T>,
-    /// `Some(Some(v))`: received; `Some(None)`: closed; `None`: not selected.
-    result: Option<Option<T>>,
-}
-
-impl<'a, T> RecvArm<'a, T> {
-    pub(crate) fn new(chan: &'a Chan<T>) -> Self {
-        RecvArm {
-            chan,
-            entry: ptr::null_mut(),
-            result: None,
-        }
-    }
-
-    /// The arm's result if it was selected: `Some(None)` means the channel is closed.
-    pub(crate) fn take(&mut self) -> Option<Option<T>> {
-        self.result.take()
-    }
-}
-
-impl<T> SelectArm for RecvArm<'_, T> {
-    fn try_now(&mut self) -> bool {
-        match self.chan.try_recv() {
-            TryRecv::Got(value) => self.result = Some(Some(value)),
-            TryRecv::Disconnected => self.result = Some(None),
-            TryRecv::Empty => return false,
-        }
-        true
-    }
-
-    fn register(&mut self, sel: &Selector, arm: usize) -> bool {
-        self.entry = Box::into_raw(Box::new(Entry::new(sel, arm, None)));
-        self.chan.register_recv(self.entry, sel)
-    }
-
-    fn unregister(&mut self, selected: bool) {
-        if self.entry.is_null() {
-            return;
-        }
-        self.chan.unqueue(Side::Receivers, self.entry);
-        // SAFETY: the box came from `register` and has left the queue (invariant 3).
-        let entry = unsafe { Box::from_raw(std::mem::replace(&mut self.entry, ptr::null_mut())) };
-        if selected {
-            // SAFETY: invariant 1: this arm was selected (seen with Acquire by `wait` or
-            // `abort`), so the claimer is done with the slot.
-            self.result = Some(unsafe { entry.take() });
-        }
-    }
-
-    fn deadline(&self) -> Option<Instant> {
-        self.chan.timer_deadline()
-    }
-}
-
-/// A `select!` send arm over a channel core.
-pub struct SendArm<'a, T> {
-    chan: &'a Chan<T>,
-    value: Option<T>,
-    /// The boxed entry while registered (a raw pointer: other threads reach it meanwhile).
-    entry: *mut Entry<T>,
-    /// `Some(None)`: sent; `Some(Some(v))`: disconnected, `v` given back; `None`: not selected.
-    result: Option<Option<T>>,
-}
-
-impl<'a, T> SendArm<'a, T> {
-    pub(crate) fn new(chan: &'a Chan<T>, value: T) -> Self {
-        SendArm {
-            chan,
-            value: Some(value),
-            entry: ptr::null_mut(),
-            result: None,
-        }
-    }
-
-    /// The arm's result if it was selected: `Some(Some(v))` means disconnected.
-    pub(crate) fn take(&mut self) -> Option<Option<T>> {
-        self.result.take()
-    }
-}
-
-impl<T> SelectArm for SendArm<'_, T> {
-    fn try_now(&mut self) -> bool {
-        let Some(value) = self.value.take() else {
-            return false;
-        };
-        match self.chan.try_send(value) {
-            TrySend::Sent => self.result = Some(None),
-            TrySend::Disconnected(value) => self.result = Some(Some(value)),
-            TrySend::Full(value) => {
-                self.value = Some(value);
-                return false;
-            }
-        }
-        true
-    }
-
-    fn register(&mut self, sel: &Selector, arm: usize) -> bool {
-        let value = self.value.take();
-        self.entry = Box::into_raw(Box::new(Entry::new(sel, arm, value)));
-        self.chan.register_send(self.entry, sel)
-    }
-
-    fn unregister(&mut self, selected: bool) {
-        if self.entry.is_null() {
-            return;
-        }
-        self.chan.unqueue(Side::Senders, self.entry);
-        // SAFETY: the box came from `register` and has left the queue (invariant 3).
-        let entry = unsafe { Box::from_raw(std::mem::replace(&mut self.entry, ptr::null_mut())) };
-        // SAFETY: invariant 1: selected (seen with Acquire) or aborted, and dequeued.
-        let left = unsafe { entry.take() };
-        if selected {
-            self.result = Some(left);
-        } else {
-            self.value = left; // not sent: keep it for the next poll
-        }
-    }
-
-    fn deadline(&self) -> Option<Instant> {
-        None
-    }
-}
-
-/// The channel lock: a test-and-test-and-set spin lock.
-///
-/// Owns: one flag and the channel state it guards.
-///
-/// Invariants:
-/// 1. Held only for a few hundred instructions: no user code, no allocation in the common
-///    case, never across a park (chan/core.rs invariant 4 queues entries, then unlocks, then
-///    parks).
-///
-/// Why not `std::sync::Mutex`: its unlock is a locked `swap` (it must learn whether to wake a
-/// sleeper), this one's is a plain Release store; at two lock sections per channel operation
-/// that is a measurable share of a ping-pong round trip. A holder preempted by the OS costs
-/// spinners a `yield_now` each, which the short critical section makes rare. Under loom the
-/// model uses loom's mutex instead.
-#[cfg(not(loom))]
-mod spin_lock {
-    use std::cell::UnsafeCell;
-    use std::ops::{Deref, DerefMut};
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    pub(crate) struct Mutex<T> {
-        locked: AtomicBool,
-        value: UnsafeCell<T>,
-    }
-
-    // SAFETY: the flag gives one guard at a time access to the value (invariant 1), so sharing
-    // the lock only moves `T` between threads.
-    unsafe impl<T: Send> Sync for Mutex<T> {}
-    // SAFETY: the lock owns its value.
-    unsafe impl<T: Send> Send for Mutex<T> {}
-
-    pub(crate) struct MutexGuard<'a, T> {
-        lock: &'a Mutex<T>,
-    }
-
-    impl<T> Mutex<T> {
-        pub(crate) fn new(value: T) -> Self {
-            Mutex {
-                locked: AtomicBool::new(false),
-                value: UnsafeCell::new(value),
-            }
-        }
-
-        pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
-            let mut spins = 0u32;
-            loop {
-                // Acquire: pairs with the Release store in `MutexGuard::drop`, so the previous
-                // holder's writes are visible.
-                if self
-                    .locked
-                    .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-                {
-                    return MutexGuard { lock: self };
-                }
-                while self.locked.load(Ordering::Relaxed) {
-                    spins += 1;
-                    if spins < 64 {
-                        std::hint::spin_loop();
-                    } else {
-                        std::thread::yield_now();
-                    }
-                }
-            }
-        }
-    }
-
-    impl<T> Drop for MutexGuard<'_, T> {
-        fn drop(&mut self) {
-            // Release: pairs with the Acquire CAS in `lock`.
-            self.lock.locked.store(false, Ordering::Release);
-        }
-    }
-
-    impl<T> Deref for MutexGuard<'_, T> {
-        type Target = T;
-        fn deref(&self) -> &T {
-            // SAFETY: the guard holds the flag: no other access exists (invariant 1).
-            unsafe { &*self.lock.value.get() }
-        }
-    }
-
-    impl<T> DerefMut for MutexGuard<'_, T> {
-        fn deref_mut(&mut self) -> &mut T {
-            // SAFETY: the guard holds the flag, and `&mut self` is unique.
-            unsafe { &mut *self.lock.value.get() }
-        }
     }
 }

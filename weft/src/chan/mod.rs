@@ -34,6 +34,7 @@
 //! The core (one lock per channel, wait queues of entries, selectors) is in `core.rs`.
 
 pub(crate) mod core;
+mod spin_lock;
 
 use std::fmt;
 use std::sync::atomic::Ordering;

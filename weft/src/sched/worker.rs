@@ -64,9 +64,9 @@ fn current_header<'a>() -> Option<&'a Header> {
     Some(unsafe { &*(cell as *const Header) })
 }
 
-/// The running task, as a raw pointer, without touching its reference count: for waiters
-/// that only need it while the task is blocked (its worker's live list keeps it alive then,
-/// task/mod.rs invariant 3). [`Task::header_of`] and [`Task::clone_from_ptr`] use it.
+/// The running task, as a pointer, without touching its reference count: for waiters that
+/// only need it while the task is blocked (its worker's live list keeps it alive then,
+/// task/mod.rs invariant 3). Turn it back into a `Task` with `Task::clone_from_ptr`.
 pub(crate) fn current_task_ptr() -> Option<*const dyn TaskCell> {
     current_worker()?.current.get()
 }
@@ -115,9 +115,19 @@ pub(crate) fn park_current_task_until(deadline: Instant) -> bool {
     };
     let seq = worker.timer_seq.get().wrapping_add(1);
     worker.timer_seq.set(seq);
-    worker.timers.borrow_mut().insert((deadline, seq), task);
+    let key = (deadline, seq);
+    worker.timers.borrow_mut().insert(key, task);
     let parked = park_current_task();
-    worker.timers.borrow_mut().remove(&(deadline, seq));
+    let mut timers = worker.timers.borrow_mut();
+    // Entries leave the map only from its front (`fire_timers`) or here: a key below the
+    // earliest one left was fired and removed already. Skipping the search then saves a walk
+    // through cold nodes on every timer wake (1M sleepers: most of the map is cold).
+    if timers
+        .first_key_value()
+        .is_some_and(|(first, _)| *first <= key)
+    {
+        timers.remove(&key);
+    }
     parked
 }
 
@@ -450,7 +460,10 @@ impl Worker {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
-            if timeout != Some(Duration::ZERO) {
+            // A timer that expired since `has_work` put its task in `ready`: run it rather than
+            // sleep (until the next deadline, or forever if that was the last timer).
+            let fired = !self.ready.borrow().is_empty();
+            if !fired && timeout != Some(Duration::ZERO) {
                 let slept = Instant::now();
                 self.wait(timeout);
                 // Woken early by a notify (not by the timeout: timers alone never justify
@@ -506,7 +519,11 @@ impl Worker {
             header as *const Header as *const dyn stack::DescribeTask,
         ));
         let remote = &self.remote;
-        remote.resumes.fetch_add(1, Ordering::Relaxed);
+        // Only this worker writes `resumes`: a load and a store, not a locked `fetch_add`.
+        let resumes = remote.resumes.load(Ordering::Relaxed);
+        remote
+            .resumes
+            .store(resumes.wrapping_add(1), Ordering::Relaxed);
         remote
             .running_id
             .store(header.id.as_u64(), Ordering::Relaxed);
@@ -522,7 +539,9 @@ impl Worker {
             CoroutineResult::Yield(Suspend::Yield) => self.ready.borrow_mut().push_back(task),
             CoroutineResult::Yield(Suspend::Park) => {
                 // park/state.rs invariant 2: published only now, off the task's stack.
-                if !header.park.publish_parked() {
+                if header.park.publish_parked() {
+                    task.into_parked(); // task/mod.rs invariant 4
+                } else {
                     self.ready.borrow_mut().push_back(task);
                 }
             }

@@ -151,8 +151,23 @@ impl RawSemaphore {
             }
         }
         let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        // Invariant 2: WAITERS is set, so only lock holders change `state` now.
-        let state = self.state.load(Ordering::Relaxed);
+        let mut state = self.state.load(Ordering::Relaxed);
+        // Another releaser may have served the last waiter and cleared WAITERS before we got
+        // the lock; then fast paths run again and `state` is not ours to overwrite.
+        while state & WAITERS == 0 {
+            // Release: as in the fast path above.
+            match self.state.compare_exchange_weak(
+                state,
+                state + (n << 1),
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(actual) => state = actual,
+            }
+        }
+        // Invariant 2: WAITERS is set (seen under the lock), so only lock holders change
+        // `state` now.
         let mut permits = (state >> 1) + n;
         let mut granted = Vec::new();
         while let Some(front) = queue.front() {

@@ -24,6 +24,10 @@
 //! 3. While a task is [`RunState::Started`], its worker's live list holds a reference to it,
 //!    so the last reference to a header is never dropped while it still owns a coroutine
 //!    (which would drop the coroutine on another thread).
+//! 4. While a task is PARKED (park/state.rs), its park state owns one reference: the worker
+//!    gives up its queue reference when `publish_parked` succeeds ([`Task::into_parked`]), and
+//!    the one unpark that sees PARKED takes it back to queue the task ([`Task::from_parked`]).
+//!    So a park and its wake touch no reference count.
 //!
 //! May call: `stack`, `park`, `sched` (to submit a spawned task). Called by: everything above.
 
@@ -200,15 +204,6 @@ impl Task {
         unsafe { &*(Arc::as_ptr(&self.cell) as *const Header) }
     }
 
-    /// The header of a task known only by its raw pointer.
-    ///
-    /// # Safety
-    /// `ptr` must come from [`Task::as_ptr`] of a task that is still alive for `'a`.
-    pub(crate) unsafe fn header_of<'a>(ptr: *const dyn TaskCell) -> &'a Header {
-        // SAFETY: the caller's contract; a cell's address is its header's (cell.rs).
-        unsafe { &*(ptr as *const Header) }
-    }
-
     pub(crate) fn cell(&self) -> &dyn TaskCell {
         &*self.cell
     }
@@ -257,8 +252,26 @@ impl Task {
     /// The task is scheduled on the worker it lives on. Callable from any thread.
     pub fn unpark(&self) {
         if self.header().park.unpark() {
-            sched::schedule_woken(self.clone());
+            // SAFETY: this unpark saw PARKED, so it owns the parked reference (invariant 4).
+            sched::schedule_woken(unsafe { Task::from_parked(self.as_ptr()) });
         }
+    }
+
+    /// The worker, after `publish_parked` succeeded: hands this queue reference to the park
+    /// state (invariant 4).
+    pub(crate) fn into_parked(self) {
+        std::mem::forget(self);
+    }
+
+    /// Takes back the reference a PARKED task's park state owns (invariant 4).
+    ///
+    /// # Safety
+    /// Only the unpark that saw PARKED (`ParkState::unpark` returned true) may call this, once,
+    /// with a pointer to that task.
+    pub(crate) unsafe fn from_parked(ptr: *const dyn TaskCell) -> Task {
+        // SAFETY: the caller's contract: the reference was forgotten by `into_parked`.
+        let cell = unsafe { Arc::from_raw(ptr) };
+        Task { cell }
     }
 
     pub(crate) fn ptr_eq(&self, other: &Task) -> bool {

@@ -69,3 +69,28 @@ fn loom_waitgroup_wait_sees_done_work() {
         threads.into_iter().for_each(|t| t.join().unwrap());
     });
 }
+
+/// Two releasers race a queued waiter: one may serve the last waiter and clear WAITERS while
+/// the other, which saw WAITERS, waits for the queue lock; no permit may be lost or invented.
+#[test]
+fn loom_semaphore_racing_releases_keep_the_count() {
+    loom::model(|| {
+        let sema = Arc::new(RawSemaphore::new(2));
+        sema.acquire(2, thread::park);
+        let waiter = {
+            let sema = sema.clone();
+            thread::spawn(move || {
+                sema.acquire(1, thread::park);
+                sema.release(1);
+            })
+        };
+        let releaser = {
+            let sema = sema.clone();
+            thread::spawn(move || sema.release(1))
+        };
+        sema.release(1);
+        releaser.join().unwrap();
+        waiter.join().unwrap();
+        assert_eq!(sema.available(), 2);
+    });
+}
