@@ -13,5 +13,5 @@ fi
 
 cargo test --workspace
 
-RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test -p weft --lib --release loom
