@@ -462,10 +462,20 @@ impl Worker {
             return; // Done: a stale wake of a finished task.
         };
         self.current.set(Arc::as_ptr(&task.header));
+        // For the monitor (sched/monitor.rs): Relaxed, a report may be a moment stale.
+        self.remote.resumes.fetch_add(1, Ordering::Relaxed);
+        self.remote
+            .running_id
+            .store(header.id.as_u64(), Ordering::Relaxed);
+        self.remote.running_site.store(
+            header.spawn_site as *const Location<'static> as *mut Location<'static>,
+            Ordering::Relaxed,
+        );
         stack::set_running(Some(
             header as *const Header as *const dyn stack::DescribeTask,
         ));
         let result = coroutine.resume(());
+        self.remote.running_id.store(0, Ordering::Relaxed);
         stack::set_running(None);
         self.current.set(ptr::null());
         match result {
