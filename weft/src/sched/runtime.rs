@@ -17,10 +17,12 @@ use std::panic::Location;
 use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
+use std::time::Duration;
 
 use crossbeam_deque::{Injector, Stealer};
 
 use super::idle::SleepFlags;
+use super::monitor::Monitor;
 use super::worker::{self, Worker};
 use crate::stack::{self, SizeClass};
 use crate::task::{JoinHandle, Task};
@@ -35,6 +37,8 @@ pub(crate) struct Shared {
     /// Workers looking for work without sleeping; spawners do not wake a sleeper while one
     /// spins, since the spinner will find the work.
     pub(crate) spinning: AtomicUsize,
+    /// Threads for `task::spawn_blocking` (sched/blocking.rs).
+    pub(crate) blocking: Arc<super::blocking::Pool>,
 }
 
 /// What other threads may touch of one worker.
@@ -51,6 +55,8 @@ pub(crate) struct Remote {
     /// stale, never unsafe (a `Location` is `'static`).
     pub(crate) running_id: AtomicU64,
     pub(crate) running_site: AtomicPtr<Location<'static>>,
+    /// The I/O sources registered with `poller` (sched/io.rs).
+    pub(crate) io: super::io::Reactor,
 }
 
 impl Remote {
@@ -96,6 +102,8 @@ impl Shared {
 pub struct RuntimeBuilder {
     workers: Option<usize>,
     stack_size: Option<usize>,
+    monitor_threshold: Option<Option<Duration>>,
+    max_threads: Option<usize>,
 }
 
 impl RuntimeBuilder {
@@ -112,6 +120,22 @@ impl RuntimeBuilder {
         self
     }
 
+    /// How long a worker may run one task without parking before the monitor moves the
+    /// never-started tasks queued behind it to other workers and warns, naming the task's
+    /// spawn site (once per site). Default 10 ms; `None` runs no monitor.
+    pub fn monitor_threshold(mut self, threshold: Option<Duration>) -> Self {
+        self.monitor_threshold = Some(threshold);
+        self
+    }
+
+    /// The most OS threads the runtime may use: workers, monitor and blocking pool together
+    /// (like Go's `debug.SetMaxThreads`). Default 10,000. Past it, `spawn_blocking` fails with
+    /// a clear error instead of waiting.
+    pub fn max_threads(mut self, n: usize) -> Self {
+        self.max_threads = Some(n);
+        self
+    }
+
     /// Starts the workers.
     ///
     /// # Errors
@@ -125,6 +149,20 @@ impl RuntimeBuilder {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "weft: a runtime needs at least one worker",
+            ));
+        }
+        let max_threads = self.max_threads.unwrap_or(DEFAULT_MAX_THREADS);
+        let monitor_threshold = self
+            .monitor_threshold
+            .unwrap_or(Some(super::monitor::DEFAULT_THRESHOLD));
+        let own_threads = workers + usize::from(monitor_threshold.is_some());
+        if own_threads > max_threads {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "weft: max_threads is {max_threads}, but the runtime needs {own_threads} \
+                     threads for its workers and monitor"
+                ),
             ));
         }
         let default_class =
@@ -144,6 +182,7 @@ impl RuntimeBuilder {
                     resumes: AtomicU64::new(0),
                     running_id: AtomicU64::new(0),
                     running_site: AtomicPtr::new(std::ptr::null_mut()),
+                    io: Default::default(),
                 }))
             })
             .collect::<io::Result<Vec<_>>>()?;
@@ -154,6 +193,10 @@ impl RuntimeBuilder {
             default_class,
             shutdown: AtomicBool::new(false),
             spinning: AtomicUsize::new(0),
+            blocking: Arc::new(super::blocking::Pool::new(
+                max_threads - own_threads,
+                max_threads,
+            )),
         });
         let mut threads = Vec::with_capacity(workers);
         for (index, local) in locals.into_iter().enumerate() {
@@ -164,15 +207,30 @@ impl RuntimeBuilder {
             match spawned {
                 Ok(thread) => threads.push(thread),
                 Err(e) => {
-                    let runtime = Runtime { shared, threads };
+                    let runtime = Runtime {
+                        shared,
+                        threads,
+                        monitor: None,
+                    };
                     drop(runtime);
                     return Err(e);
                 }
             }
         }
-        Ok(Runtime { shared, threads })
+        let mut runtime = Runtime {
+            shared,
+            threads,
+            monitor: None,
+        };
+        if let Some(threshold) = monitor_threshold {
+            runtime.monitor = Some(Monitor::start(runtime.shared.clone(), threshold)?);
+        }
+        Ok(runtime)
     }
 }
+
+/// Go's default `debug.SetMaxThreads`.
+const DEFAULT_MAX_THREADS: usize = 10_000;
 
 fn workers_from_env() -> io::Result<usize> {
     match std::env::var("WEFT_WORKERS") {
@@ -191,6 +249,7 @@ fn workers_from_env() -> io::Result<usize> {
 pub struct Runtime {
     shared: Arc<Shared>,
     threads: Vec<thread::JoinHandle<()>>,
+    monitor: Option<Monitor>,
 }
 
 impl Runtime {
@@ -251,6 +310,10 @@ impl Drop for Runtime {
             // Joining our own thread would deadlock.
             panic!("weft: a runtime cannot be dropped from one of its own tasks");
         }
+        if let Some(monitor) = self.monitor.take() {
+            monitor.stop();
+        }
+        self.shared.blocking.shut_down();
         self.shared.shutdown.store(true, Ordering::SeqCst);
         for remote in &self.shared.remotes {
             remote.notify();

@@ -143,6 +143,13 @@ pub(crate) fn schedule_woken(task: Task) {
     home.push_woken(task);
 }
 
+/// The blocking pool of the runtime the running task belongs to; `None` on a plain thread
+/// (entered or not: a plain thread may block itself).
+pub(crate) fn current_blocking_pool() -> Option<Arc<super::blocking::Pool>> {
+    current_header()?;
+    Some(current_worker()?.shared.blocking.clone())
+}
+
 /// True if this thread is a worker of the runtime behind `shared`.
 pub(crate) fn on_worker_of(shared: &Arc<Shared>) -> bool {
     current_worker().is_some_and(|w| Arc::ptr_eq(&w.shared, shared))
