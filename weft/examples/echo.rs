@@ -20,12 +20,18 @@ fn main() {
     let addr = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "127.0.0.1:7000".to_string());
+    run(&addr);
+}
+
+/// Serves `addr` forever (also the entry point of the EMFILE test, tests/net_faults.rs).
+pub fn run(addr: &str) {
     raise_fd_limit();
     // Small stacks: a connection task needs little, and page tables cost slot_size / 512.
     let runtime = weft::Runtime::builder()
         .stack_size(32 * 1024)
         .build()
         .unwrap_or_else(|e| fail(&format!("cannot start the runtime: {e}")));
+    let addr = addr.to_string();
     runtime.block_on(move || serve(&addr));
 }
 
