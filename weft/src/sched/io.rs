@@ -5,12 +5,15 @@
 //! source's [`Readiness`] (two sequence numbers and two waiter lists under a small mutex,
 //! touched by the tasks and threads doing I/O on it and by the dispatching worker).
 //!
-//! A source is registered, edge-triggered for both directions, with the poller of the worker
-//! whose task first has to wait on it (`weft::net` registers lazily, at the first
-//! `WouldBlock`), and stays there until dropped. Its key is a slab index plus a generation:
+//! A source is registered, edge-triggered for both directions and for read hang-up, in the
+//! epoll instance of the worker whose task first has to wait on it (`weft::net` registers
+//! lazily, at the first `WouldBlock`), and stays there until dropped. That instance
+//! (sched/epoll.rs) sits, level-triggered, in the worker's `polling::Poller`, so a sleeping
+//! worker wakes for I/O; a busy worker polls it directly ([`poll_now`]). A key is a slab index
+//! plus a generation:
 //!
 //! ```text
-//!   key (usize) = generation << 32 | index      slab[index] = (generation, Arc<Readiness>)
+//!   key (u64) = generation << 32 | index      slab[index] = (generation, Arc<Readiness>)
 //! ```
 //!
 //! so an event for a source deregistered meanwhile finds another generation (or nothing) and is
@@ -38,15 +41,18 @@
 //!
 //! Why edge-triggered with sequence numbers rather than oneshot re-arming: a ping-pong
 //! connection would otherwise pay an `epoll_ctl` per wait; here a source costs one `epoll_ctl`
-//! in its life. Why a slab with generations rather than a pointer in the event's key: a pointer
+//! in its life. With `drained` (a short read emptied the queue), a ping-pong read costs one
+//! `recv`, not a second one that returns `EAGAIN`; `read_closed` (from `EPOLLRDHUP`) keeps
+//! that from missing an end of stream that arrived with the last data. Why a slab with generations rather than a pointer in the event's key: a pointer
 //! would dangle when a source is dropped while its event is in flight in a worker's batch.
 
 use std::io;
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+use super::epoll::{Epoll, Ready};
 use super::runtime::Remote;
 use crate::park::{self, Waiter};
 
@@ -63,6 +69,14 @@ pub(crate) struct Readiness {
     /// Bumped at each readable (index 0) / writable (index 1) event; only under `state`
     /// (invariant 1).
     seq: [AtomicU64; 2],
+    /// `seq + 1` at the start of the last read that came back short (the socket's queue was
+    /// empty after it), 0 if none: while `seq` has not moved since, another read would only
+    /// return `EAGAIN`, so it is skipped (tokio's `clear_readiness` after a short read).
+    drained: [AtomicU64; 2],
+    /// The peer closed its write half (`EPOLLRDHUP`, or the connection failed): from then on a
+    /// short read no longer means "wait", since end of stream may be next. Written under
+    /// `state` before the `seq` bump that announces it.
+    read_closed: AtomicBool,
     state: Mutex<WaitLists>,
 }
 
@@ -78,6 +92,21 @@ impl Readiness {
         // Acquire: pairs with the Release bump in `wake`, so that the operation tried after
         // this load sees whatever the event announced.
         self.seq[dir as usize].load(Ordering::Acquire)
+    }
+
+    /// Records that an operation started at sequence number `seen` emptied the socket's queue.
+    pub(crate) fn set_drained(&self, dir: Direction, seen: u64) {
+        self.drained[dir as usize].store(seen.wrapping_add(1), Ordering::Relaxed);
+    }
+
+    /// Whether no event arrived since an operation started at `seen` emptied the queue: the
+    /// next try would be a wasted `EAGAIN`. A hint: a stale answer costs one syscall or one
+    /// trip through `wait`, which re-checks `seq` under the lock (invariant 1).
+    pub(crate) fn is_drained(&self, dir: Direction, seen: u64) -> bool {
+        // Relaxed: `seen` came from the Acquire load in `seq`, which pairs with the Release bump
+        // that followed the `read_closed` store in `wake`.
+        self.drained[dir as usize].load(Ordering::Relaxed) == seen.wrapping_add(1)
+            && !self.read_closed.load(Ordering::Relaxed)
     }
 
     fn lock(&self) -> MutexGuard<'_, WaitLists> {
@@ -123,9 +152,12 @@ impl Readiness {
     }
 
     /// Step 4: readiness arrived in `dir`.
-    fn wake(&self, dir: Direction) {
+    fn wake(&self, dir: Direction, read_closed: bool) {
         let d = dir as usize;
         let mut lists = self.lock();
+        if read_closed {
+            self.read_closed.store(true, Ordering::Relaxed);
+        }
         // Release: pairs with the Acquire load in `seq` (step 1).
         self.seq[d].fetch_add(1, Ordering::Release);
         // Waking under the lock keeps the list's capacity; waking never takes an I/O lock.
@@ -139,17 +171,23 @@ fn timed_out() -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, "weft: i/o operation timed out")
 }
 
-/// Keys are `generation << 32 | index`; [`polling`]'s notify key (`usize::MAX`) is never one.
+/// Keys are `generation << 32 | index`; [`polling`]'s notify key (`usize::MAX`) and
+/// [`EPOLL_KEY`] are never one.
 const INDEX_BITS: u32 = 32;
 const INDEX_MASK: usize = (1 << INDEX_BITS) - 1;
 const GENERATION_LIMIT: usize = (1 << 31) - 1;
+/// The key of the reactor's own epoll instance in the worker's `polling::Poller`.
+const EPOLL_KEY: usize = usize::MAX - 1;
+/// Events collected per `epoll_wait`.
+const BATCH: usize = 256;
 
 /// The sources registered with one worker's poller.
-#[derive(Default)]
 pub(crate) struct Reactor {
     slab: Mutex<Slab>,
     /// Number of registered sources, read without the lock by `has_sources`.
     count: AtomicUsize,
+    /// The epoll instance the sources are in (sched/epoll.rs), itself in the worker's poller.
+    epoll: Epoll,
 }
 
 #[derive(Default)]
@@ -159,6 +197,28 @@ struct Slab {
 }
 
 impl Reactor {
+    /// A reactor whose epoll instance is added to `poller`, the worker's.
+    ///
+    /// # Safety
+    /// The reactor must not outlive `poller` (in `Remote`, `poller` is declared, so dropped,
+    /// before the reactor): the epoll descriptor stays open while it is added.
+    pub(crate) unsafe fn new(poller: &polling::Poller) -> io::Result<Reactor> {
+        let epoll = Epoll::new()?;
+        // SAFETY: the caller's contract: the poller goes first.
+        unsafe {
+            poller.add_with_mode(
+                std::os::fd::AsRawFd::as_raw_fd(&epoll.as_fd()),
+                polling::Event::readable(EPOLL_KEY),
+                polling::PollMode::Level,
+            )?;
+        }
+        Ok(Reactor {
+            slab: Mutex::default(),
+            count: AtomicUsize::new(0),
+            epoll,
+        })
+    }
+
     fn lock(&self) -> MutexGuard<'_, Slab> {
         self.slab.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -205,15 +265,9 @@ impl Registration {
             entry.1 = Some(readiness);
             entry.0 << INDEX_BITS | index
         };
-        // SAFETY: the caller keeps `fd` open until `deregister`, which deletes it from this
-        // poller first (invariant 2).
-        let added = unsafe {
-            remote.poller.add_with_mode(
-                std::os::fd::AsRawFd::as_raw_fd(&fd),
-                polling::Event::all(key),
-                polling::PollMode::Edge,
-            )
-        };
+        // The caller keeps `fd` open until `deregister`, which deletes it from the epoll
+        // instance first (invariant 2).
+        let added = reactor.epoll.add(fd, key as u64);
         if let Err(e) = added {
             let mut slab = reactor.lock();
             slab.entries[key & INDEX_MASK].1 = None;
@@ -226,9 +280,9 @@ impl Registration {
 
     /// Deletes `fd` from the poller and frees its key; call before closing `fd`.
     pub(crate) fn deregister(&self, fd: BorrowedFd<'_>) {
-        // An error means the fd was never added or the poller is gone: nothing to undo.
-        let _ = self.remote.poller.delete(fd);
         let reactor = &self.remote.io;
+        // An error means the fd was never added: nothing to undo.
+        let _ = reactor.epoll.delete(fd);
         let mut slab = reactor.lock();
         let index = self.key & INDEX_MASK;
         slab.entries[index].1 = None;
@@ -242,21 +296,35 @@ pub(crate) fn current_remote() -> Option<Arc<Remote>> {
     crate::sched::current_task()?.header.home().cloned()
 }
 
-/// Wakes the tasks waiting on the sources in `events`.
+/// Wakes the tasks waiting on the sources in `events` (a batch of the worker's poller).
 pub(crate) fn dispatch(remote: &Remote, events: &polling::Events) {
-    for event in events.iter() {
-        if event.key == usize::MAX {
-            continue;
+    if events.iter().any(|event| event.key == EPOLL_KEY) {
+        poll_now(remote);
+    }
+}
+
+/// Collects and dispatches ready sources without blocking: a busy worker's poll (one
+/// `epoll_wait`), and the second half of a sleeping worker's wake-up.
+pub(crate) fn poll_now(remote: &Remote) {
+    let epoll = &remote.io.epoll;
+    // SAFETY: epoll_event is plain old data; all-zero is a valid value.
+    let mut buf: [libc::epoll_event; BATCH] = unsafe { std::mem::zeroed() };
+    loop {
+        let ready = epoll.poll(&mut buf);
+        for event in ready {
+            let ready = Ready::from(event);
+            let Some(readiness) = remote.io.get(ready.key as usize) else {
+                continue; // deregistered since: the key's generation moved on
+            };
+            if ready.readable {
+                readiness.wake(Direction::Read, ready.read_closed);
+            }
+            if ready.writable {
+                readiness.wake(Direction::Write, false);
+            }
         }
-        let Some(readiness) = remote.io.get(event.key) else {
-            continue; // deregistered since: the key's generation moved on
-        };
-        // HUP and ERR set both flags (polling maps them to both directions).
-        if event.readable {
-            readiness.wake(Direction::Read);
-        }
-        if event.writable {
-            readiness.wake(Direction::Write);
+        if ready.len() < BATCH {
+            return;
         }
     }
 }

@@ -29,6 +29,8 @@
 
 #[cfg(not(loom))]
 pub(crate) mod blocking;
+#[cfg(not(loom))]
+mod epoll;
 mod idle;
 #[cfg(not(loom))]
 pub(crate) mod io;

@@ -55,7 +55,8 @@ pub(crate) struct Remote {
     /// stale, never unsafe (a `Location` is `'static`).
     pub(crate) running_id: AtomicU64,
     pub(crate) running_site: AtomicPtr<Location<'static>>,
-    /// The I/O sources registered with `poller` (sched/io.rs).
+    /// The I/O sources registered with `poller` (sched/io.rs). Declared after `poller`, so
+    /// dropped after it (`Reactor::new`'s contract).
     pub(crate) io: super::io::Reactor,
 }
 
@@ -174,15 +175,18 @@ impl RuntimeBuilder {
             .collect();
         let remotes = (0..workers)
             .map(|index| {
+                let poller = polling::Poller::new()?;
+                // SAFETY: `io` is declared after `poller` in `Remote`, so dropped after it.
+                let io = unsafe { super::io::Reactor::new(&poller)? };
                 Ok(Arc::new(Remote {
                     index,
                     woken: Mutex::new(Vec::new()),
                     flags: SleepFlags::new(),
-                    poller: polling::Poller::new()?,
+                    poller,
                     resumes: AtomicU64::new(0),
                     running_id: AtomicU64::new(0),
                     running_site: AtomicPtr::new(std::ptr::null_mut()),
-                    io: Default::default(),
+                    io,
                 }))
             })
             .collect::<io::Result<Vec<_>>>()?;
