@@ -451,7 +451,7 @@ impl Worker {
     /// must still see its sockets become ready.
     fn poll_io(&self) {
         if super::io::has_sources(&self.remote) {
-            self.wait(Some(Duration::ZERO));
+            super::io::poll_now(&self.remote);
         }
     }
 
