@@ -20,16 +20,18 @@ trap 'for p in $(jobs -p); do kill "$p" 2>/dev/null || true; done; rm -rf "$out"
 
 cargo build --release -q -p weft --example echo
 cargo build --release -q -p weft-loadtest
-weft_echo="$root/target/release/examples/echo"
-loadtest="$root/target/release/weft-loadtest"
+# Copies: a later cargo build in this tree may replace the uplifted binaries mid-run.
+cp "$root/target/release/examples/echo" "$out/weft-echo"
+cp "$root/target/release/weft-loadtest" "$out/weft-loadtest"
+weft_echo="$out/weft-echo"
+loadtest="$out/weft-loadtest"
 
 go=${GO:-}
 [ -z "$go" ] && [ -x "$root/.venv-go/bin/go" ] && go="$root/.venv-go/bin/go"
 [ -z "$go" ] && go=$(command -v go || true)
 servers="weft"
 if [ -n "$go" ] && [ -x "$go" ]; then
-  mkdir -p "$root/target/go"
-  GOTOOLCHAIN=local GOPROXY=off GOFLAGS=-mod=mod "$go" -C bench/go/echo build -o "$root/target/go/echo" .
+  GOTOOLCHAIN=local GOPROXY=off GOFLAGS=-mod=mod "$go" -C bench/go/echo build -o "$out/go-echo" .
   servers="weft go"
 else
   echo "echo-compare: skipping the Go server: no Go toolchain (set GO=, or run scripts/install-go.sh)" >&2
@@ -40,7 +42,7 @@ status() { awk -v k="$2:" '$1==k {print $2}' "/proc/$1/status"; }
 for run in $RUNS; do
   IFS=: read -r conns rounds stagger <<<"$run"
   for server in $servers; do
-    bin=$weft_echo; [ "$server" = go ] && bin="$root/target/go/echo"
+    bin=$weft_echo; [ "$server" = go ] && bin="$out/go-echo"
     port=$((PORT++))
     # The server gets a descriptor limit that fits the load (its own soft limit may be 1024).
     (ulimit -n "$(ulimit -Hn)"; exec "$bin" "127.0.0.1:$port") >"$out/server.log" 2>&1 &

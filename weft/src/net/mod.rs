@@ -102,13 +102,48 @@ impl<T: AsFd> Source<T> {
             if deadline.is_none() {
                 deadline = timeout.and_then(|t| Instant::now().checked_add(t));
             }
-            match reactor::current_remote() {
-                Some(remote) => {
-                    self.register(remote)?;
-                    self.readiness.wait(dir, seen, deadline)?;
+            self.wait(dir, seen, deadline)?;
+        }
+    }
+
+    /// [`Source::do_io`] for stream reads of up to `len` bytes, without the `EAGAIN` read
+    /// after a short one: a read that returns `0 < n < len` emptied the receive queue, so the
+    /// next read waits for readiness first (sched/io.rs `drained`).
+    pub(crate) fn do_read(
+        &self,
+        timeout: Option<Duration>,
+        len: usize,
+        mut op: impl FnMut(&T) -> io::Result<usize>,
+    ) -> io::Result<usize> {
+        let dir = Direction::Read;
+        let mut deadline: Option<Instant> = None;
+        loop {
+            let seen = self.readiness.seq(dir);
+            if !self.readiness.is_drained(dir, seen) {
+                match op(&self.io) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Ok(n) if n > 0 && n < len => {
+                        self.readiness.set_drained(dir, seen);
+                        return Ok(n);
+                    }
+                    result => return result,
                 }
-                None => sys::poll_fd(self.io.as_fd().as_raw_fd(), dir, deadline)?,
             }
+            if deadline.is_none() {
+                deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+            }
+            self.wait(dir, seen, deadline)?;
+        }
+    }
+
+    fn wait(&self, dir: Direction, seen: u64, deadline: Option<Instant>) -> io::Result<()> {
+        match reactor::current_remote() {
+            Some(remote) => {
+                self.register(remote)?;
+                self.readiness.wait(dir, seen, deadline)
+            }
+            None => sys::poll_fd(self.io.as_fd().as_raw_fd(), dir, deadline),
         }
     }
 

@@ -313,10 +313,9 @@ impl TcpStream {
 
 impl Read for &TcpStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let len = buf.len();
         self.source
-            .do_io(Direction::Read, self.read_timeout.get(), |mut s| {
-                s.read(buf)
-            })
+            .do_read(self.read_timeout.get(), len, |mut s| s.read(buf))
     }
 
     fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
