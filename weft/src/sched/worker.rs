@@ -8,7 +8,8 @@
 //! queue, the injector every 61 ticks and when local work runs out, then steal never-started
 //! tasks from the others); resume it until it yields, parks or returns; handle that on the
 //! worker's own stack. With nothing to do, spin for [`SPIN`] (waking a sleeping vCPU costs
-//! ≈35–40 µs in this VM, so a short spin pays for itself under ping-pong loads), then sleep in
+//! ≈35–40 µs in this VM, so a short spin pays for itself under ping-pong loads; a worker with
+//! sockets skips the spin and waits in epoll, see `idle`), then sleep in
 //! the poller.
 //!
 //! Invariants: sched/mod.rs 1–3; task/mod.rs 1–3. In particular `current` is non-null exactly
@@ -406,7 +407,16 @@ impl Worker {
         self.shared.spinning.fetch_add(1, Ordering::SeqCst);
         let start = Instant::now();
         let mut found = false;
-        while start.elapsed() < SPIN {
+        // A worker with sockets waits for them in epoll instead of spinning: its next work
+        // usually comes from the network, which a spin cannot see without a syscall per turn,
+        // and spinning takes the CPU from the peer process on a small machine (an echo server
+        // and its load client on 2 vCPUs ran 2x faster without it).
+        let spin = if super::io::has_sources(&self.remote) {
+            Duration::ZERO
+        } else {
+            SPIN
+        };
+        while start.elapsed() < spin {
             self.fire_timers();
             if self.has_work() {
                 found = true;
