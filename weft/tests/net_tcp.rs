@@ -263,3 +263,31 @@ fn udp_datagrams_round_trip() {
         let _ = a_addr;
     });
 }
+
+#[test]
+fn read_uninit_fills_spare_capacity() {
+    let rt = runtime(1);
+    rt.block_on(|| {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let writer = weft::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            s.write_all(b"uninit ok").unwrap();
+        });
+        let c = TcpStream::connect(addr).unwrap();
+        let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
+        let mut got = Vec::new();
+        loop {
+            let n = c.read_uninit(buf.spare_capacity_mut()).unwrap();
+            if n == 0 {
+                break;
+            }
+            // SAFETY: `read_uninit` initialized the first `n` bytes.
+            unsafe { buf.set_len(n) };
+            got.extend_from_slice(&buf);
+            buf.clear();
+        }
+        assert_eq!(got, b"uninit ok");
+        writer.join().unwrap();
+    });
+}

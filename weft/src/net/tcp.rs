@@ -7,6 +7,7 @@
 
 use std::fmt;
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::mem::MaybeUninit;
 use std::net::{Shutdown, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::time::{Duration, Instant};
@@ -299,6 +300,27 @@ impl TcpStream {
     /// As `getsockopt(2)`.
     pub fn take_error(&self) -> io::Result<Option<io::Error>> {
         self.source.get_ref().take_error()
+    }
+
+    /// Like `read`, into memory that need not be initialized (a `Vec`'s spare capacity): a
+    /// buffer that is never zeroed costs only the pages the reads reach, not its whole size.
+    /// Returns `n`; the first `n` elements of `buf` are then initialized.
+    ///
+    /// # Errors
+    /// As `read`.
+    pub fn read_uninit(&self, buf: &mut [MaybeUninit<u8>]) -> io::Result<usize> {
+        let len = buf.len();
+        let ptr = buf.as_mut_ptr().cast::<libc::c_void>();
+        self.source.do_read(self.read_timeout.get(), len, |s| {
+            // SAFETY: `ptr` is valid for writes of `len` bytes for the whole call (it borrows
+            // `buf`); recv(2) only writes, never reads, that memory.
+            let n = unsafe { libc::recv(s.as_raw_fd(), ptr, len, 0) };
+            if n < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(n as usize)
+            }
+        })
     }
 
     /// Reads without removing the data from the queue.
