@@ -4,7 +4,10 @@
 //! `runtime.newstack` (or `runtime.morestack`): the goroutine ran out of stack and the
 //! runtime is allocating a bigger one and copying the old one into it (`copystack`). A
 //! sample is *shrink* when it passes through `runtime.shrinkstack` (the GC halving an
-//! oversized stack) and not through growth.
+//! oversized stack) and not through growth. The runtime also enters `newstack` to
+//! preempt a goroutine at a function prologue (the stack guard is poisoned); those
+//! samples have `gopreempt_m` or `preemptPark` below `newstack`, copy nothing, and are
+//! counted apart as *preemption*.
 //!
 //! For a growth sample, the frames below `newstack`/`morestack` (leaf side) are the
 //! runtime's; the first frame above them is the function whose prologue found the stack
@@ -47,6 +50,8 @@ const GROWTH: [&str; 3] = [
     "runtime.morestack_noctxt",
 ];
 const SHRINK: &str = "runtime.shrinkstack";
+/// Below `newstack`, these mean it was entered to preempt, not to grow.
+const PREEMPT: [&str; 2] = ["runtime.gopreempt_m", "runtime.preemptPark"];
 const ROOT: &str = "runtime.goexit";
 /// Most PCs the runtime's CPU profiler records per sample (`maxCPUProfStack`). A sample
 /// that long whose chain does not end at `runtime.goexit` may have lost its root frames.
@@ -125,7 +130,7 @@ pub struct Recommendation {
 }
 
 /// A run of identical frames in a chain (recursion shows as one run).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct ChainFrame {
     /// Function name.
     pub function: String,
@@ -184,6 +189,9 @@ pub struct Analysis {
     pub growth: Share,
     /// CPU in stack shrinking (`shrinkstack` and below).
     pub shrink: Share,
+    /// CPU in prologue preemption through `newstack` (`gopreempt_m`, `preemptPark`):
+    /// not growth, left out of it.
+    pub preempt: Share,
     /// Distribution of needs over growth samples (absent without growth).
     pub need: Option<Distribution>,
     /// Recommended starting stack size (absent without growth).
@@ -194,8 +202,9 @@ pub struct Analysis {
     pub truncated_chains: usize,
     /// Functions on growth chains, largest frame first.
     pub hogs: Vec<Hog>,
-    /// A note when the profile's build ID differs from the binary's.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// A note when the profile's build ID differs from the binary's (printed to stderr,
+    /// not part of the report, so a stripped or PIE rebuild reports the same).
+    #[serde(skip)]
     pub build_id_note: Option<String>,
 }
 
@@ -255,6 +264,12 @@ pub fn analyze(bin: &GoBinary, profile: &Profile, opts: &Options) -> ParseResult
     let is = |f: Frame, names: &[&str]| names.contains(&profile.name(f));
     let total = profile.total();
 
+    let (kind, unit) = &profile.sample_type;
+    if kind != "cpu" && kind != "samples" {
+        return Err(Problem::new(format!(
+            "not a CPU profile: its samples count {kind} ({unit}); take one with runtime/pprof.StartCPUProfile"
+        )));
+    }
     check_same_binary(profile, &frames)?;
     let build_id_note = match (&profile.main_build_id, &bin.build_id) {
         (Some(p), Some(b)) if p != b => Some(format!(
@@ -266,12 +281,17 @@ pub fn analyze(bin: &GoBinary, profile: &Profile, opts: &Options) -> ParseResult
     let reserve = bin.arch.start_reserve();
     let mut growth = (0i64, 0usize);
     let mut shrink = (0i64, 0usize);
+    let mut preempt = (0i64, 0usize);
     // chain key (frames from the growing function to the root) -> (value, samples, cut)
     let mut chains: HashMap<&[Frame], (i64, usize, bool)> = HashMap::new();
     for s in &profile.samples {
         match s.frames.iter().position(|&f| is(f, &GROWTH)) {
+            Some(i) if s.frames[..i].iter().any(|&f| is(f, &PREEMPT)) => {
+                preempt.0 = preempt.0.saturating_add(s.value);
+                preempt.1 += 1;
+            }
             Some(i) => {
-                growth.0 += s.value;
+                growth.0 = growth.0.saturating_add(s.value);
                 growth.1 += 1;
                 let start = s.frames[i..]
                     .iter()
@@ -282,13 +302,13 @@ pub fn analyze(bin: &GoBinary, profile: &Profile, opts: &Options) -> ParseResult
                     let pcs = s.frames.iter().filter(|f| !f.inlined).count();
                     let rooted = chain.last().is_some_and(|&f| profile.name(f) == ROOT);
                     let e = chains.entry(chain).or_default();
-                    e.0 += s.value;
+                    e.0 = e.0.saturating_add(s.value);
                     e.1 += 1;
                     e.2 |= !rooted && pcs >= PROFILER_DEPTH;
                 }
             }
             None if s.frames.iter().any(|&f| is(f, &[SHRINK])) => {
-                shrink.0 += s.value;
+                shrink.0 = shrink.0.saturating_add(s.value);
                 shrink.1 += 1;
             }
             None => {}
@@ -329,7 +349,7 @@ pub fn analyze(bin: &GoBinary, profile: &Profile, opts: &Options) -> ParseResult
                 .entry(name)
                 .or_insert((frames.get(name).unwrap_or(0), 0, 0, 0));
             e.1 = e.1.max(n);
-            e.2 += value;
+            e.2 = e.2.saturating_add(value);
             e.3 += samples;
         }
         out.push(Chain {
@@ -348,19 +368,21 @@ pub fn analyze(bin: &GoBinary, profile: &Profile, opts: &Options) -> ParseResult
             .cmp(&a.growth.value)
             .then(b.need.cmp(&a.need))
             .then_with(|| a.stack.len().cmp(&b.stack.len()))
-            .then_with(|| a.grew.cmp(&b.grew))
+            .then_with(|| a.stack.cmp(&b.stack))
     });
 
     let weighted: Vec<(u64, i64)> = out.iter().map(|c| (c.need, c.growth.value)).collect();
     let need = distribution(&weighted);
     let recommendation = need.map(|_| {
         let at = percentile(&weighted, opts.coverage);
-        let size = at.next_power_of_two().max(MIN_STACK);
-        let fits: i64 = weighted
+        let size = at
+            .checked_next_power_of_two()
+            .unwrap_or(u64::MAX)
+            .max(MIN_STACK);
+        let fits = weighted
             .iter()
             .filter(|(n, _)| *n <= size)
-            .map(|(_, v)| v)
-            .sum();
+            .fold(0i64, |a, (_, v)| a.saturating_add(*v));
         Recommendation {
             coverage: opts.coverage,
             need_at_coverage: at,
@@ -410,6 +432,7 @@ pub fn analyze(bin: &GoBinary, profile: &Profile, opts: &Options) -> ParseResult
         start_reserve: reserve,
         growth: share(growth.0, growth.1, total),
         shrink: share(shrink.0, shrink.1, total),
+        preempt: share(preempt.0, preempt.1, total),
         need,
         recommendation,
         truncated_chains: out.iter().filter(|c| c.truncated).count(),
@@ -420,13 +443,19 @@ pub fn analyze(bin: &GoBinary, profile: &Profile, opts: &Options) -> ParseResult
 }
 
 /// Fails when the profile's functions are not this binary's: more than a tenth of the
-/// distinct sampled functions missing, or any function of a growth chain missing.
+/// distinct sampled functions of the main mapping missing, or any function of a growth
+/// chain missing. Frames of other mappings (shared libraries of cgo programs) are not
+/// looked for.
 fn check_same_binary(profile: &Profile, frames: &Frames<'_>) -> ParseResult<()> {
     let mut seen: HashSet<u32> = HashSet::new();
     let mut missing: Vec<&str> = Vec::new();
     for s in &profile.samples {
         for &f in &s.frames {
-            if !f.inlined && seen.insert(f.func) && frames.get(profile.name(f)).is_none() {
+            if !f.inlined
+                && !f.foreign
+                && seen.insert(f.func)
+                && frames.get(profile.name(f)).is_none()
+            {
                 missing.push(profile.name(f));
             }
         }
@@ -447,7 +476,7 @@ fn check_same_binary(profile: &Profile, frames: &Frames<'_>) -> ParseResult<()> 
             .position(|f| GROWTH.contains(&profile.name(*f)))?;
         s.frames[i..]
             .iter()
-            .find(|f| !f.inlined && frames.get(profile.name(**f)).is_none())
+            .find(|f| !f.inlined && !f.foreign && frames.get(profile.name(**f)).is_none())
     });
     if let Some(f) = growth_missing {
         return Err(Problem::new(format!(
@@ -463,7 +492,7 @@ fn check_same_binary(profile: &Profile, frames: &Frames<'_>) -> ParseResult<()> 
 fn percentile(weighted: &[(u64, i64)], p: f64) -> u64 {
     let mut v: Vec<(u64, i64)> = weighted.to_vec();
     v.sort_unstable();
-    let total: i64 = v.iter().map(|x| x.1).sum();
+    let total = v.iter().fold(0i64, |a, x| a.saturating_add(x.1));
     let by_count = total <= 0;
     let total = if by_count {
         v.len() as f64
@@ -503,6 +532,7 @@ mod tests {
             pclntab_versions: "go1.20+",
             pclntab_location: "test".into(),
             build_id: Some("b1".into()),
+            text_start: 0,
             funcs: funcs
                 .iter()
                 .map(|(n, fr)| FuncFrame {
@@ -524,6 +554,8 @@ mod tests {
             ("runtime.copystack", 100),
             ("runtime.memmove", 8),
             ("runtime.shrinkstack", 64),
+            ("runtime.gopreempt_m", 32),
+            ("runtime.schedule", 96),
             ("runtime.gcDrain", 64),
             ("main.handle", 64),
             ("main.recurse", 512),
@@ -559,8 +591,21 @@ mod tests {
             "runtime.shrinkstack",
             "runtime.gcDrain",
         ];
+        let preempt: &[&str] = &[
+            "runtime.schedule",
+            "runtime.gopreempt_m",
+            "runtime.newstack",
+            "main.work",
+            "main.handle",
+        ];
         let p = Profile::parse(&build(
-            &[(leaf, 60), (mid, 20), (other, 15), (shrink, 5)],
+            &[
+                (leaf, 60),
+                (mid, 20),
+                (other, 12),
+                (shrink, 5),
+                (preempt, 3),
+            ],
             "b1",
         ))
         .unwrap();
@@ -568,6 +613,7 @@ mod tests {
         assert_eq!(a.growth.value, 80);
         assert!((a.growth.share - 0.8).abs() < 1e-9);
         assert_eq!(a.shrink.value, 5);
+        assert_eq!(a.preempt.value, 3);
         assert_eq!(a.chains.len(), 2);
         let c = &a.chains[0];
         assert_eq!(c.grew, "main.leaf");
@@ -641,6 +687,37 @@ mod tests {
             e.message().starts_with("profile is not from this binary"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn chain_order_is_total() {
+        let a: &[&str] = &[
+            "runtime.newstack",
+            "main.recurse",
+            "main.work",
+            "main.handle",
+        ];
+        let b: &[&str] = &[
+            "runtime.newstack",
+            "main.recurse",
+            "main.handle",
+            "main.work",
+        ];
+        for order in [[a, b], [b, a]] {
+            let p = Profile::parse(&build(&[(order[0], 5), (order[1], 5)], "")).unwrap();
+            let r = analyze(&sample_bin(), &p, &Options::default()).unwrap();
+            assert_eq!(r.chains[0].need, r.chains[1].need);
+            assert_eq!(r.chains[0].stack[1].function, "main.handle");
+        }
+    }
+
+    #[test]
+    fn frames_of_other_mappings_are_not_required() {
+        let cgo: &[&str] = &["libc_read+ext", "libc_x+ext", "main.work", "main.handle"];
+        let g: &[&str] = &["runtime.newstack", "main.recurse", "main.handle"];
+        let p = Profile::parse(&build(&[(cgo, 10), (g, 10)], "")).unwrap();
+        let a = analyze(&sample_bin(), &p, &Options::default()).unwrap();
+        assert_eq!(a.growth.samples, 1);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! This module owns the step from "a file" to "every function with its frame size". It
 //! reads ELF (and, through the `object` crate, Mach-O and PE) files. The pclntab is taken
 //! from the `.gopclntab` section (non-PIE and, since Go 1.2x, PIE builds),
-//! `.data.rel.ro.gopclntab` (PIE builds of some Go versions) or `__gopclntab` (Mach-O);
+//! `.data.rel.ro.gopclntab` (PIE builds of older Go, e.g. 1.21) or `__gopclntab` (Mach-O);
 //! when there is no such section (section headers stripped, or a format that keeps the
 //! table inside another section) the file is scanned for the table's magic and every
 //! candidate is decoded until one decodes whole.
@@ -74,7 +74,8 @@ pub struct FuncFrame {
     pub frame: u32,
     /// Largest SP delta of the function's `pcsp` table.
     pub sp_delta_max: u32,
-    /// Code length in bytes.
+    /// Code length in bytes (not printed: PIE code differs in length, not in frames).
+    #[serde(skip)]
     pub code_size: u32,
     /// Entry as an offset from the text start.
     #[serde(skip)]
@@ -94,6 +95,10 @@ pub struct GoBinary {
     pub pclntab_location: String,
     /// GNU build ID (hex), when present; pprof records it for the main mapping.
     pub build_id: Option<String>,
+    /// Address function entries are relative to: the pclntab's `textStart` when the file
+    /// holds it, else the address of the `.text` (`__text`) section; 0 when neither is
+    /// known (recent linkers leave `textStart` for the runtime to fill in).
+    pub text_start: u64,
     /// Every function, in text order.
     pub funcs: Vec<FuncFrame>,
 }
@@ -138,12 +143,13 @@ impl GoBinary {
                 let funcs = t.funcs()?;
                 (t, format!("section {name}"), funcs)
             }
-            None => scan_pclntab(data).ok_or_else(|| {
-                Problem::new(if file.is_some() {
+            None => scan_pclntab(data).map_err(|first| match first {
+                Some(p) => p,
+                None => Problem::new(if file.is_some() {
                     "not a Go binary: no .gopclntab section and no Go 1.18+ pclntab magic in the file"
                 } else {
                     "not a Go binary: not an ELF, Mach-O or PE file and no Go 1.18+ pclntab magic in it"
-                })
+                }),
             })?,
         };
         let h = &table.header;
@@ -197,6 +203,16 @@ impl GoBinary {
             pclntab_versions: table.header.go_versions(),
             pclntab_location: location,
             build_id,
+            text_start: match table.header.text_start {
+                0 => file
+                    .as_ref()
+                    .and_then(|f| {
+                        f.section_by_name(".text")
+                            .or_else(|| f.section_by_name("__text"))
+                    })
+                    .map_or(0, |s| s.address()),
+                t => t,
+            },
             funcs,
         })
     }
@@ -217,23 +233,33 @@ pub fn load(path: &std::path::Path) -> Result<GoBinary, crate::Error> {
 
 type Scanned<'a> = (Table<'a>, String, Vec<pclntab::Func>);
 
-/// Finds the pclntab by its magic: the first candidate whose whole table decodes.
-fn scan_pclntab(data: &[u8]) -> Option<Scanned<'_>> {
+/// Finds the pclntab by its magic: the first candidate whose whole table decodes. When
+/// none does, the error is what was wrong with the first candidate that had a plausible
+/// header (`None` when there was none).
+fn scan_pclntab(data: &[u8]) -> Result<Scanned<'_>, Option<Problem>> {
+    let mut first_problem = None;
     let mut at = 0;
     while let Some(off) = data.get(at..).and_then(find_magic).map(|o| o + at) {
         let cand = &data[off..];
         if pclntab::looks_like_header(cand) {
-            if let Ok(t) = Table::parse(cand) {
-                if let Ok(funcs) = t.funcs() {
-                    if !funcs.is_empty() {
-                        return Some((t, format!("scan at file offset {off:#x}"), funcs));
-                    }
+            match Table::parse(cand).and_then(|t| Ok((t.funcs()?, t))) {
+                Ok((funcs, t)) if !funcs.is_empty() => {
+                    return Ok((t, format!("scan at file offset {off:#x}"), funcs))
+                }
+                Ok(_) => {}
+                Err(p) => {
+                    first_problem.get_or_insert_with(|| {
+                        Problem::new(format!(
+                            "{} (table found by scanning, at file offset {off:#x})",
+                            p.message()
+                        ))
+                    });
                 }
             }
         }
         at = off + 1;
     }
-    None
+    Err(first_problem)
 }
 
 fn find_magic(d: &[u8]) -> Option<usize> {

@@ -432,6 +432,15 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn go118_magic_decodes_the_same_way() {
+        let mut t = synth(4, &[("main.a", 16, pcvalue(&[(0, 4), (64, 12)], 4))]);
+        t[..4].copy_from_slice(&MAGIC_GO118.to_le_bytes());
+        let tab = Table::parse(&t).unwrap();
+        assert_eq!(tab.header.go_versions(), "go1.18-1.19");
+        assert_eq!(tab.funcs().unwrap()[0].max_sp, 64);
+    }
+
+    #[test]
     fn quantum_scales_pc_deltas() {
         // With quantum 4, a run of 8 bytes is encoded as 2; the table must still end
         // exactly at the function's length.

@@ -154,6 +154,9 @@ pub struct Frame {
     pub func: u32,
     /// True when this call was inlined into the next frame (it has no stack frame).
     pub inlined: bool,
+    /// True when the code lies in another mapping than the main executable's (a shared
+    /// library or the vDSO in a cgo program): such frames have no pclntab entry.
+    pub foreign: bool,
 }
 
 /// A resolved sample.
@@ -168,7 +171,8 @@ pub struct Sample {
 /// A resolved profile.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Profile {
-    /// The chosen sample type and unit, e.g. `cpu`/`nanoseconds`.
+    /// The chosen sample type and unit: `cpu`/`nanoseconds` when present, else
+    /// `samples`/`count`, else the profile's default (or last) type.
     pub sample_type: (String, String),
     /// Profile duration in nanoseconds.
     pub duration_nanos: i64,
@@ -212,9 +216,11 @@ impl Profile {
         &self.names[f.func as usize]
     }
 
-    /// Sum of all sample values.
+    /// Sum of all sample values (saturating: values come from untrusted input).
     pub fn total(&self) -> i64 {
-        self.samples.iter().map(|s| s.value).sum()
+        self.samples
+            .iter()
+            .fold(0i64, |a, s| a.saturating_add(s.value))
     }
 }
 
@@ -252,9 +258,11 @@ fn resolve(pb: PbProfile) -> ParseResult<Profile> {
         types.push((s(t.r#type)?.to_string(), s(t.unit)?.to_string()));
     }
     let default = s(pb.default_sample_type)?;
+    // CPU time if recorded, else sample counts, else the profile's default, else the last.
     let vi = types
         .iter()
         .position(|(t, _)| t == "cpu")
+        .or_else(|| types.iter().position(|(t, _)| t == "samples"))
         .or_else(|| {
             types
                 .iter()
@@ -273,8 +281,10 @@ fn resolve(pb: PbProfile) -> ParseResult<Profile> {
         });
         funcs.insert(f.id, ix);
     }
+    let main_mapping = pb.mapping.first().map(|m| m.id);
     let mut locs: HashMap<u64, Vec<Frame>> = HashMap::new();
     for l in &pb.location {
+        let foreign = l.mapping_id != 0 && main_mapping.is_some_and(|m| m != l.mapping_id);
         let mut frames = Vec::with_capacity(l.line.len().max(1));
         for (k, line) in l.line.iter().enumerate() {
             let func = *funcs.get(&line.function_id).ok_or_else(|| {
@@ -286,6 +296,7 @@ fn resolve(pb: PbProfile) -> ParseResult<Profile> {
             frames.push(Frame {
                 func,
                 inlined: k + 1 < l.line.len(),
+                foreign,
             });
         }
         if frames.is_empty() {
@@ -295,6 +306,7 @@ fn resolve(pb: PbProfile) -> ParseResult<Profile> {
             frames.push(Frame {
                 func: (names.len() - 1) as u32,
                 inlined: false,
+                foreign,
             });
         }
         locs.insert(l.id, frames);
@@ -341,7 +353,8 @@ pub(crate) mod tests {
     use std::io::Write;
 
     /// Builds a gzip-compressed CPU profile from stacks of function names (leaf first;
-    /// a name ending in `+inl` is inlined into the next one) with their values.
+    /// a name ending in `+inl` is inlined into the next one, one ending in `+ext` lies in
+    /// a second mapping) with their values.
     pub(crate) fn build(stacks: &[(&[&str], i64)], build_id: &str) -> Vec<u8> {
         let mut st: Vec<String> = vec![String::new()];
         let mut intern = |x: &str| -> i64 {
@@ -371,6 +384,10 @@ pub(crate) mod tests {
                     Some(n) => (n, true),
                     None => (*name, false),
                 };
+                let (n, mapping_id) = match n.strip_suffix("+ext") {
+                    Some(n) => (n, 2),
+                    None => (n, 1),
+                };
                 let ni = intern(n);
                 let fid = match functions.iter().find(|f| f.name == ni) {
                     Some(f) => f.id,
@@ -393,7 +410,7 @@ pub(crate) mod tests {
                     let id = locations.len() as u64 + 1;
                     locations.push(PbLocation {
                         id,
-                        mapping_id: 1,
+                        mapping_id,
                         address: 0x40_0000 + id,
                         line: std::mem::take(&mut pending),
                         is_folded: false,
@@ -410,12 +427,18 @@ pub(crate) mod tests {
         let pb = PbProfile {
             sample_type: vec![samples_t, cpu_t],
             sample: samples,
-            mapping: vec![PbMapping {
-                id: 1,
-                build_id: bid,
-                has_functions: true,
-                ..Default::default()
-            }],
+            mapping: vec![
+                PbMapping {
+                    id: 1,
+                    build_id: bid,
+                    has_functions: true,
+                    ..Default::default()
+                },
+                PbMapping {
+                    id: 2,
+                    ..Default::default()
+                },
+            ],
             location: locations,
             function: functions,
             string_table: st,

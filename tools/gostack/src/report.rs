@@ -59,9 +59,9 @@ pub fn frames(b: &GoBinary, top: Option<usize>, json: bool) -> String {
             ""
         }
     );
-    let _ = writeln!(out, "{:>8} {:>8}  function", "frame", "sp-delta");
+    let _ = writeln!(out, "{:>10} {:>10}  function", "frame", "sp-delta");
     for f in fs {
-        let _ = writeln!(out, "{:>8} {:>8}  {}", f.frame, f.sp_delta_max, f.name);
+        let _ = writeln!(out, "{:>10} {:>10}  {}", f.frame, f.sp_delta_max, f.name);
     }
     out
 }
@@ -131,6 +131,14 @@ pub fn analysis(a: &Analysis, top: usize, json: bool) -> String {
         "morestack/newstack/copystack and below",
     );
     out += &share_line("stack shrink", &a.shrink, unit, "shrinkstack and below");
+    if a.preempt.samples > 0 {
+        out += &share_line(
+            "preemption",
+            &a.preempt,
+            unit,
+            "newstack entered to preempt (gopreempt_m/preemptPark), not growth",
+        );
+    }
     let (Some(d), Some(r)) = (a.need, a.recommendation) else {
         out += "\nno sample reached stack growth: nothing to recommend\n";
         return out;

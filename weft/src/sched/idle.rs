@@ -4,18 +4,20 @@
 //! Owns: two flags per worker.
 //!
 //! The race it closes (numbered as the code cites them):
-//! 1. The waker publishes its work (queue push), then sets `pushed` (SeqCst).
-//! 2. The waker then swaps `sleeping` to false (SeqCst); if it was true, it notifies the
-//!    worker's poller, whose notification is sticky (a notify before the wait makes the wait
-//!    return at once).
-//! 3. The worker about to sleep sets `sleeping` (SeqCst), then re-checks `pushed` and every
-//!    queue; only if all are empty does it wait.
+//! 1. The waker publishes its work (queue push), sets `pushed`, then issues a SeqCst fence.
+//! 2. The waker then reads `sleeping`; if it is true and its swap to false succeeds, it
+//!    notifies the worker's poller, whose notification is sticky (a notify before the wait
+//!    makes the wait return at once).
+//! 3. The worker about to sleep sets `sleeping`, issues a SeqCst fence, then re-checks
+//!    `pushed` and every queue; only if all are empty does it wait.
 //!
-//! Steps 1 and 3 are a store-then-load pair on each side, all SeqCst: either the worker sees
-//! the work in step 3, or the waker sees `sleeping` in step 2. Checked by
+//! Each side stores, fences, then loads what the other side stored: by the fences' total
+//! order, either the worker sees the work in step 3 or the waker sees `sleeping` in step 2.
+//! Fences rather than SeqCst loads and stores, because loom checks fences exactly (it found a
+//! lost wakeup in a version whose pre-check load was Relaxed). Checked by
 //! `src/tests/loom_idle.rs`.
 
-use crate::loom::sync::atomic::{AtomicBool, Ordering};
+use crate::loom::sync::atomic::{fence, AtomicBool, Ordering};
 
 #[derive(Debug, Default)]
 pub(crate) struct SleepFlags {
@@ -35,32 +37,37 @@ impl SleepFlags {
 
     /// Waker, after pushing work (steps 1–2): true if the caller must notify the worker.
     pub(crate) fn work_pushed(&self) -> bool {
-        self.pushed.store(true, Ordering::SeqCst);
+        self.pushed.store(true, Ordering::Relaxed);
+        // Step 1's fence: pairs with the one in `prepare_sleep`.
+        fence(Ordering::SeqCst);
         self.wake_if_sleeping()
     }
 
-    /// Steps 2 alone, for work that was published elsewhere (a shared queue, then a SeqCst
-    /// fence): true if the caller must notify the worker.
+    /// Step 2 alone, for work published elsewhere (a shared queue) and followed by the
+    /// caller's own SeqCst fence: true if the caller must notify the worker.
     pub(crate) fn wake_if_sleeping(&self) -> bool {
-        // Relaxed pre-check keeps a busy worker's cache line shared; SeqCst swap decides.
-        self.sleeping.load(Ordering::Relaxed) && self.sleeping.swap(false, Ordering::SeqCst)
+        // The plain load keeps a busy worker's cache line shared (no write while it is
+        // awake); the swap makes exactly one waker notify.
+        self.sleeping.load(Ordering::Relaxed) && self.sleeping.swap(false, Ordering::AcqRel)
     }
 
     /// Worker: takes the "work was pushed" mark; true if it should drain its remote queue.
+    /// (The queue's own lock orders the items; the flag only says where to look.)
     pub(crate) fn take_pushed(&self) -> bool {
-        // Acquire: pairs with the SeqCst store in `work_pushed`; the queue's own lock orders
-        // the items themselves.
-        self.pushed.load(Ordering::Relaxed) && self.pushed.swap(false, Ordering::Acquire)
+        self.pushed.load(Ordering::Relaxed) && self.pushed.swap(false, Ordering::Relaxed)
     }
 
-    /// Worker, before its final check (step 3).
+    /// Worker, before its final check (step 3): every check after this call sees work that
+    /// was pushed before a waker read `sleeping` as false.
     pub(crate) fn prepare_sleep(&self) {
-        self.sleeping.store(true, Ordering::SeqCst);
+        self.sleeping.store(true, Ordering::Relaxed);
+        // Step 3's fence: pairs with the one in `work_pushed` or `Shared::wake_idle_worker`.
+        fence(Ordering::SeqCst);
     }
 
     /// Worker, in its final check (step 3): was work pushed meanwhile?
     pub(crate) fn pushed_pending(&self) -> bool {
-        self.pushed.load(Ordering::SeqCst)
+        self.pushed.load(Ordering::Relaxed)
     }
 
     /// Worker, awake again (after the wait, or when the final check found work).

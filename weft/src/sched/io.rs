@@ -293,7 +293,7 @@ impl Registration {
 
 /// The home worker of the running task, to register a source with; `None` on a plain thread.
 pub(crate) fn current_remote() -> Option<Arc<Remote>> {
-    crate::sched::current_task()?.header.home().cloned()
+    crate::sched::current_task()?.header().home().cloned()
 }
 
 /// Wakes the tasks waiting on the sources in `events` (a batch of the worker's poller).

@@ -42,6 +42,7 @@ pub(crate) struct Shared {
 }
 
 /// What other threads may touch of one worker.
+#[allow(dead_code)] // `resumes` and `running_*` are for the stuck-worker monitor.
 pub(crate) struct Remote {
     pub(crate) index: usize,
     pub(crate) woken: Mutex<Vec<Task>>,
@@ -80,6 +81,17 @@ impl Remote {
 }
 
 impl Shared {
+    /// Cancels every never-started task left in the injector (shutdown step 2).
+    fn cancel_injected(&self) {
+        loop {
+            match self.injector.steal() {
+                crossbeam_deque::Steal::Success(task) => worker::cancel_unstarted(&task),
+                crossbeam_deque::Steal::Empty => return,
+                crossbeam_deque::Steal::Retry => {}
+            }
+        }
+    }
+
     /// After new work was published in a stealable queue: wake one sleeping worker, unless one
     /// is already spinning (idle.rs).
     pub(crate) fn wake_idle_worker(&self, except: Option<usize>) {
@@ -237,14 +249,38 @@ impl RuntimeBuilder {
 const DEFAULT_MAX_THREADS: usize = 10_000;
 
 fn workers_from_env() -> io::Result<usize> {
-    match std::env::var("WEFT_WORKERS") {
-        Ok(value) => value.trim().parse().map_err(|_| {
+    parse_workers(std::env::var("WEFT_WORKERS").ok())
+}
+
+/// `WEFT_WORKERS`, or the available parallelism when it is unset.
+fn parse_workers(value: Option<String>) -> io::Result<usize> {
+    match value {
+        Some(value) => value.trim().parse().map_err(|_| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("weft: WEFT_WORKERS={value:?} is not a number of workers"),
             )
         }),
-        Err(_) => Ok(thread::available_parallelism().map_or(1, |n| n.get())),
+        None => Ok(thread::available_parallelism().map_or(1, |n| n.get())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weft_workers_overrides_the_parallelism() {
+        assert_eq!(parse_workers(Some(" 3 ".into())).unwrap(), 3);
+        assert!(parse_workers(None).unwrap() >= 1);
+        let err = parse_workers(Some("many".into())).unwrap_err();
+        assert!(err.to_string().contains("WEFT_WORKERS"), "{err}");
+    }
+
+    #[test]
+    fn zero_workers_is_an_error() {
+        let err = Runtime::builder().workers(0).build().unwrap_err();
+        assert!(err.to_string().contains("at least one worker"), "{err}");
     }
 }
 
@@ -325,8 +361,7 @@ impl Drop for Runtime {
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
-        // Whatever never started and is still queued is dropped here: its joiner gets Err.
-        while !self.shared.injector.steal().is_empty() {}
+        self.shared.cancel_injected();
     }
 }
 
@@ -365,6 +400,12 @@ impl Handle {
 
     pub(crate) fn submit(&self, task: Task) {
         self.shared.injector.push(task);
+        if self.shared.shutdown.load(Ordering::SeqCst) {
+            // The runtime is shutting down or gone: no worker may take it. Whoever drains
+            // first (here or in `Runtime::drop`) cancels it, so its joiner is told.
+            self.shared.cancel_injected();
+            return;
+        }
         self.shared.wake_idle_worker(None);
     }
 }

@@ -20,7 +20,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
 use std::panic::Location;
 use std::ptr;
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,7 +29,7 @@ use crossbeam_deque::Steal;
 
 use super::runtime::{Handle, Remote, Shared};
 use crate::stack::{self, LocalSlots, SizeClass, Slot};
-use crate::task::{Cancelled, Header, RunState, Suspend, Task, TaskCoroutine};
+use crate::task::{Cancelled, Header, RunState, Suspend, Task, TaskCell, TaskCoroutine};
 
 /// How long an idle worker keeps looking for work before it sleeps.
 const SPIN: Duration = Duration::from_micros(50);
@@ -56,25 +56,17 @@ fn current_worker<'a>() -> Option<&'a Worker> {
 
 /// The header of the task running on this thread, if any.
 fn current_header<'a>() -> Option<&'a Header> {
-    let header = current_worker()?.current.get();
-    // SAFETY: `current` points at the header of the task being resumed, which the worker keeps
-    // alive (it holds the `Task`) for the whole resume; we are inside that resume.
-    unsafe { header.as_ref() }
+    let cell = current_worker()?.current.get()?;
+    // SAFETY: `current` points at the cell of the task being resumed, which the worker keeps
+    // alive (it holds the `Task`) for the whole resume, and we are inside that resume; a cell's
+    // address is its header's (task/cell.rs).
+    Some(unsafe { &*(cell as *const Header) })
 }
 
 pub(crate) fn current_task() -> Option<Task> {
-    let header = current_worker()?.current.get();
-    if header.is_null() {
-        return None;
-    }
-    // SAFETY: as in `current_header`: the pointer came from `Arc::as_ptr` of a live `Task`;
-    // incrementing its count first makes `from_raw` produce an extra owned reference.
-    unsafe {
-        Arc::increment_strong_count(header);
-        Some(Task {
-            header: Arc::from_raw(header),
-        })
-    }
+    let cell = current_worker()?.current.get()?;
+    // SAFETY: as in `current_header`: the task is alive for the whole resume.
+    Some(unsafe { Task::clone_from_ptr(cell) })
 }
 
 /// Switches from the running task back to its worker; false if not in a task.
@@ -131,7 +123,7 @@ fn unwind_if_cancelled(header: &Header) {
 /// Queues a woken task on its home worker (sched/mod.rs invariant 1).
 pub(crate) fn schedule_woken(task: Task) {
     let home = task
-        .header
+        .header()
         .home()
         .expect("weft: woke a task that never started")
         .clone();
@@ -149,6 +141,18 @@ pub(crate) fn schedule_woken(task: Task) {
 pub(crate) fn current_blocking_pool() -> Option<Arc<super::blocking::Pool>> {
     current_header()?;
     Some(current_worker()?.shared.blocking.clone())
+}
+
+/// Drops the closure of a task that never started and tells its joiner; a no-op for a task
+/// that did start. The caller holds `task` exclusively: it popped it from a queue.
+pub(crate) fn cancel_unstarted(task: &Task) {
+    // SAFETY: task/mod.rs invariant 1: a never-started task is in one queue at a time, and the
+    // caller took it out.
+    let state = unsafe { task.header().run_state() };
+    if let RunState::New { .. } = state {
+        *state = RunState::Done;
+        task.cell().cancel();
+    }
 }
 
 /// True if this thread is a worker of the runtime behind `shared`.
@@ -257,8 +261,8 @@ pub(crate) struct Worker {
     ready: RefCell<VecDeque<Task>>,
     slots: RefCell<LocalSlots>,
     live: RefCell<Live>,
-    /// The header of the task being resumed, or null.
-    current: Cell<*const Header>,
+    /// The cell of the task being resumed, if any.
+    current: Cell<Option<*const dyn TaskCell>>,
     tick: Cell<u32>,
     events: RefCell<polling::Events>,
     /// Deadlines of this worker's parked tasks (time/mod.rs explains the choice of map).
@@ -280,7 +284,7 @@ impl Worker {
             ready: RefCell::new(VecDeque::new()),
             slots: RefCell::new(LocalSlots::default()),
             live: RefCell::new(Live::default()),
-            current: Cell::new(ptr::null()),
+            current: Cell::new(None),
             tick: Cell::new(0),
             events: RefCell::new(polling::Events::new()),
             timers: RefCell::new(BTreeMap::new()),
@@ -428,13 +432,19 @@ impl Worker {
         if found {
             return;
         }
+        // Going to sleep: give back the stack memory of a past burst, step by step, waking up
+        // for the next step (stack/mod.rs, "Warm slots").
+        let trim_due = stack::trim_idle();
+        // idle.rs step 3 (the fence is inside).
         self.remote.flags.prepare_sleep();
-        // SeqCst: pairs with the fence in `Shared::wake_idle_worker` (idle.rs step 3).
-        fence(Ordering::SeqCst);
         if !self.has_work() {
-            let timeout = self
+            let timer_due = self
                 .fire_timers()
                 .map(|deadline| deadline.saturating_duration_since(Instant::now()));
+            let timeout = match (timer_due, trim_due) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             if timeout != Some(Duration::ZERO) {
                 self.wait(timeout);
             }
@@ -467,7 +477,7 @@ impl Worker {
 
     /// Resumes `task` until it yields, parks or returns (task/mod.rs invariant 1).
     fn run_task(&self, task: Task) {
-        let header: &Header = &task.header;
+        let header: &Header = task.header();
         // SAFETY: this worker popped `task` from a queue, so it is the only one touching its run
         // state now: a New task is in one queue at a time, and a Started one is only ever
         // queued on this worker (invariant 1); `run_task` is not re-entered.
@@ -478,23 +488,23 @@ impl Worker {
         let RunState::Started { coroutine, .. } = state else {
             return; // Done: a stale wake of a finished task.
         };
-        self.current.set(Arc::as_ptr(&task.header));
-        // For the monitor (sched/monitor.rs): Relaxed, a report may be a moment stale.
-        self.remote.resumes.fetch_add(1, Ordering::Relaxed);
-        self.remote
-            .running_id
-            .store(header.id.as_u64(), Ordering::Relaxed);
-        self.remote.running_site.store(
-            header.spawn_site as *const Location<'static> as *mut Location<'static>,
-            Ordering::Relaxed,
-        );
+        self.current.set(Some(task.as_ptr()));
         stack::set_running(Some(
             header as *const Header as *const dyn stack::DescribeTask,
         ));
+        let remote = &self.remote;
+        remote.resumes.fetch_add(1, Ordering::Relaxed);
+        remote
+            .running_id
+            .store(header.id.as_u64(), Ordering::Relaxed);
+        let site: *const Location<'static> = header.spawn_site;
+        remote
+            .running_site
+            .store(site.cast_mut(), Ordering::Relaxed);
         let result = coroutine.resume(());
-        self.remote.running_id.store(0, Ordering::Relaxed);
+        remote.running_id.store(0, Ordering::Relaxed);
         stack::set_running(None);
-        self.current.set(ptr::null());
+        self.current.set(None);
         match result {
             CoroutineResult::Yield(Suspend::Yield) => self.ready.borrow_mut().push_back(task),
             CoroutineResult::Yield(Suspend::Park) => {
@@ -514,18 +524,25 @@ impl Worker {
 
     /// Turns a never-started task into a coroutine on this worker.
     fn start(&self, task: &Task, state: &mut RunState) {
-        let RunState::New { body, slot } = std::mem::replace(state, RunState::Done) else {
+        let RunState::New { slot } = std::mem::replace(state, RunState::Done) else {
             unreachable!("start of a task that is not new");
         };
         let coroutine = TaskCoroutine::with_stack(slot, move |yielder, ()| {
             // The body runs on the task's stack; park finds its yielder through the header.
+            let worker = current_worker().expect("weft: task started off its worker");
+            let cell = worker
+                .current
+                .get()
+                .expect("weft: task started without a cell");
+            // SAFETY: the worker keeps the task alive while it is resumed (current_header).
+            let cell = unsafe { &*cell };
             if let Some(header) = current_header() {
                 header.yielder.set(yielder);
             }
-            body()
+            cell.run()
         });
         // SAFETY: the task has not run yet and this worker owns it (invariant 2 of task/mod.rs).
-        unsafe { task.header.set_home(self.remote.clone()) };
+        unsafe { task.header().set_home(self.remote.clone()) };
         let live = self.live.borrow_mut().insert(task.clone());
         *state = RunState::Started { coroutine, live };
     }
@@ -544,17 +561,16 @@ impl Worker {
     fn shut_down(&self) {
         let live: Vec<Task> = self.live.borrow().tasks.iter().flatten().cloned().collect();
         for task in live {
-            task.header.cancelling.set(true);
+            task.header().cancelling.set(true);
             task.unpark();
         }
         let mut last_progress = Instant::now();
         loop {
             if let Some(task) = self.next_task() {
                 // SAFETY: as in `run_task`: popped from a queue, so ours alone.
-                let state = unsafe { task.header.run_state() };
-                if let RunState::New { .. } = state {
-                    // Step 2: never started; dropping the body tells the joiner.
-                    *state = RunState::Done;
+                if let RunState::New { .. } = unsafe { task.header().run_state() } {
+                    // Step 2: never started: drop its closure, tell its joiner.
+                    cancel_unstarted(&task);
                 } else {
                     self.run_task(task);
                 }
@@ -579,7 +595,7 @@ impl Worker {
         let count = live.len;
         for task in live.tasks.iter_mut().filter_map(Option::take) {
             // SAFETY: shutdown runs on the home worker after every resume returned.
-            let state = unsafe { task.header.run_state() };
+            let state = unsafe { task.header().run_state() };
             if let RunState::Started { coroutine, .. } = std::mem::replace(state, RunState::Done) {
                 std::mem::forget(coroutine);
             }

@@ -55,9 +55,11 @@ pub use region::guards_are_markers;
 
 pub(crate) use overflow::{install_handler, set_running, AltStack, DescribeTask};
 
+use std::collections::VecDeque;
 use std::io;
 use std::sync::Mutex;
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 /// The default slot size, guard page included: see the module doc.
 pub const DEFAULT_STACK_SIZE: usize = 256 << 10;
@@ -67,10 +69,14 @@ pub const MIN_STACK_SIZE: usize = 16 << 10;
 pub const MAX_STACK_SIZE: usize = 1 << 30;
 /// Warm slots each worker keeps for its next spawns.
 pub const WORKER_WARM_SLOTS: usize = 256;
-/// Warm slots the shared pool keeps per size class.
+/// Warm slots the shared pool keeps per size class for good; more are kept only for a while
+/// (see "Warm slots" above).
 pub const SHARED_WARM_SLOTS: usize = 4096;
-/// Slots released to the kernel at once.
-pub const RELEASE_BATCH: usize = 256;
+/// How often a busy runtime gives back half of its excess warm slots.
+pub const TRIM_INTERVAL: Duration = Duration::from_secs(1);
+/// Slots a worker takes from the shared pool at once when its cache is empty: one lock and
+/// one guard-installing syscall for all of them.
+pub const LOCAL_REFILL: usize = 64;
 /// log2 sizes of the classes: MIN_STACK_SIZE..=MAX_STACK_SIZE.
 const MIN_SHIFT: u32 = MIN_STACK_SIZE.trailing_zeros();
 const CLASSES: usize = (MAX_STACK_SIZE.trailing_zeros() - MIN_SHIFT + 1) as usize;
@@ -167,18 +173,25 @@ struct SlotPool {
 #[derive(Default)]
 struct PoolInner {
     /// Slots whose pages may still be committed, most recently used last.
-    warm: Vec<usize>,
+    warm: VecDeque<usize>,
     /// Slots whose pages were given back; guards still installed.
     cold: Vec<usize>,
-    /// Slots waiting to be released in one batch.
-    releasing: Vec<usize>,
     /// Next never-used slot of the current region, and the region's end.
     next: usize,
     end: usize,
+    /// When excess warm slots were last released.
+    last_trim: Option<Instant>,
+    /// Slots returned since the clock was last read: `trim` reads it once per
+    /// [`TRIM_CHECK_EVERY`] returns, not at each (a clock read is ≈25 ns).
+    puts: u32,
 }
 
+/// Returns between two looks at the trim clock.
+const TRIM_CHECK_EVERY: u32 = 64;
+
+static POOLS: OnceLock<Vec<SlotPool>> = OnceLock::new();
+
 fn pool(class: SizeClass) -> &'static SlotPool {
-    static POOLS: OnceLock<Vec<SlotPool>> = OnceLock::new();
     &POOLS.get_or_init(|| {
         (0..CLASSES)
             .map(|i| SlotPool {
@@ -191,57 +204,98 @@ fn pool(class: SizeClass) -> &'static SlotPool {
 
 impl SlotPool {
     fn take(&self) -> io::Result<Slot> {
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let start = match inner.warm.pop().or_else(|| inner.cold.pop()) {
-            Some(start) => start,
-            None => match inner.releasing.pop() {
-                Some(start) => start,
-                None => self.carve(&mut inner)?,
-            },
-        };
-        Ok(Slot {
-            start,
-            class: self.class,
-        })
+        let mut batch = Vec::with_capacity(1);
+        self.take_batch(1, &mut batch)?;
+        Ok(batch.pop().expect("take_batch gave no slot"))
     }
 
-    /// Cuts a never-used slot from the current region (reserving a new one when it is full)
-    /// and guards its first page.
-    fn carve(&self, inner: &mut PoolInner) -> io::Result<usize> {
+    /// Moves up to `n` slots (at least one) into `out`: warm ones first, then released ones,
+    /// then never-used ones, carved and guarded together.
+    fn take_batch(&self, n: usize, out: &mut Vec<Slot>) -> io::Result<()> {
+        let class = self.class;
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let before = out.len();
+        while out.len() - before < n {
+            let Some(start) = inner.warm.pop_back().or_else(|| inner.cold.pop()) else {
+                break;
+            };
+            out.push(Slot { start, class });
+        }
+        if out.len() == before {
+            let starts = self.carve(&mut inner, n)?;
+            out.extend(starts.into_iter().map(|start| Slot { start, class }));
+        }
+        Ok(())
+    }
+
+    /// Cuts up to `n` never-used slots from the current region (reserving a new one when it is
+    /// full) and guards their first pages.
+    fn carve(&self, inner: &mut PoolInner, n: usize) -> io::Result<Vec<usize>> {
         let size = self.class.bytes();
         if inner.next + size > inner.end {
             let start = region::reserve(size)?;
             inner.next = start;
             inner.end = start + region::REGION_BYTES.max(size);
         }
-        let start = inner.next;
-        region::install_guard(start)?;
-        inner.next += size;
-        Ok(start)
+        let n = n.min((inner.end - inner.next) / size).max(1);
+        let starts: Vec<usize> = (0..n).map(|i| inner.next + i * size).collect();
+        region::install_guards(&starts)?;
+        inner.next += n * size;
+        Ok(starts)
     }
 
     fn put(&self, slot: Slot) {
         let start = slot.start;
         std::mem::forget(slot);
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if inner.warm.len() < SHARED_WARM_SLOTS {
-            inner.warm.push(start);
-            return;
-        }
-        inner.releasing.push(start);
-        if inner.releasing.len() >= RELEASE_BATCH {
-            let batch = std::mem::take(&mut inner.releasing);
-            // Release outside the lock: the syscall takes ≈50 µs for a batch.
-            drop(inner);
-            let page = region::page_size();
-            let size = self.class.bytes();
-            let ranges: Vec<(usize, usize)> =
-                batch.iter().map(|&s| (s + page, size - page)).collect();
-            region::release(&ranges);
-            let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-            inner.cold.extend(batch);
+        inner.warm.push_back(start);
+        inner.puts = inner.puts.wrapping_add(1);
+        if inner.warm.len() > SHARED_WARM_SLOTS && inner.puts % TRIM_CHECK_EVERY == 0 {
+            self.trim(inner);
         }
     }
+
+    /// Releases half of the excess warm slots if the last release was long enough ago.
+    /// Returns when to call again, or `None` when there is no excess.
+    fn trim(&self, inner: std::sync::MutexGuard<'_, PoolInner>) -> Option<Duration> {
+        let excess = inner.warm.len().saturating_sub(SHARED_WARM_SLOTS);
+        if excess == 0 {
+            return None;
+        }
+        if let Some(last) = inner.last_trim {
+            let since = last.elapsed();
+            if since < TRIM_INTERVAL {
+                return Some(TRIM_INTERVAL - since);
+            }
+        }
+        let n = (excess / 2).max(excess.min(1024));
+        self.release_oldest(inner, n);
+        (n < excess).then_some(TRIM_INTERVAL)
+    }
+
+    /// Gives the pages of the `n` least recently used warm slots back to the kernel.
+    fn release_oldest(&self, mut inner: std::sync::MutexGuard<'_, PoolInner>, n: usize) {
+        inner.last_trim = Some(Instant::now());
+        let batch: Vec<usize> = inner.warm.drain(..n).collect();
+        // Release outside the lock: ≈225 ns a slot.
+        drop(inner);
+        let page = region::page_size();
+        let size = self.class.bytes();
+        let ranges: Vec<(usize, usize)> = batch.iter().map(|&s| (s + page, size - page)).collect();
+        region::release(&ranges);
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.cold.extend(batch);
+    }
+}
+
+/// A step of giving back the warm slots of a past burst, for a worker about to sleep: returns
+/// how long it may sleep before the next step, or `None` when nothing is left to give back.
+pub(crate) fn trim_idle() -> Option<Duration> {
+    let pools = POOLS.get()?;
+    pools
+        .iter()
+        .filter_map(|pool| pool.trim(pool.inner.lock().unwrap_or_else(|e| e.into_inner())))
+        .min()
 }
 
 /// A worker's own last-in-first-out cache of warm slots, touched by that worker only.
@@ -253,10 +307,15 @@ pub(crate) struct LocalSlots {
 impl LocalSlots {
     /// A slot of `class`, from this cache when it has one.
     pub(crate) fn take(&mut self, class: SizeClass) -> io::Result<Slot> {
-        match self.by_class.get_mut(class.index()).and_then(Vec::pop) {
-            Some(slot) => Ok(slot),
-            None => Slot::take(class),
+        let index = class.index();
+        if self.by_class.len() <= index {
+            self.by_class.resize_with(index + 1, Vec::new);
         }
+        let cache = &mut self.by_class[index];
+        if cache.is_empty() {
+            pool(class).take_batch(LOCAL_REFILL, cache)?;
+        }
+        Ok(cache.pop().expect("refill gave no slot"))
     }
 
     /// Keeps `slot` warm here, or hands it to the shared pool when this cache is full.

@@ -141,8 +141,37 @@ const GUARD_MADVISE: u8 = 1;
 /// `mprotect(PROT_NONE)`: splits the mapping, two mappings per slot.
 const GUARD_MPROTECT: u8 = 2;
 
-/// Makes the page at `addr` fault on any access.
-pub(crate) fn install_guard(addr: usize) -> io::Result<()> {
+/// Makes the first page at each address in `starts` fault on any access (region.rs
+/// invariant 2). Markers go in with one `process_madvise` call per 1024 pages where the kernel
+/// allows it (measured here: ≈0.45 µs a guard against ≈0.65–0.95 µs for one `madvise` each).
+pub(crate) fn install_guards(starts: &[usize]) -> io::Result<()> {
+    if starts.is_empty() {
+        return Ok(());
+    }
+    let page = page_size();
+    let mut rest = starts;
+    if GUARD_MODE.load(Ordering::Relaxed) == GUARD_MADVISE {
+        if let Some(pidfd) = self_pidfd() {
+            while !rest.is_empty() {
+                let n = rest.len().min(1024);
+                let ranges: Vec<(usize, usize)> = rest[..n].iter().map(|&a| (a, page)).collect();
+                // SAFETY: every address is the first page of a slot inside a region this module
+                // mapped, and no task runs on those slots yet (invariant 2).
+                if unsafe { process_madvise(pidfd, &ranges, MADV_GUARD_INSTALL) }.is_err() {
+                    break;
+                }
+                rest = &rest[n..];
+            }
+        }
+    }
+    for &addr in rest {
+        install_guard(addr)?;
+    }
+    Ok(())
+}
+
+/// Guards one page: `madvise(MADV_GUARD_INSTALL)`, else `mprotect(PROT_NONE)`.
+fn install_guard(addr: usize) -> io::Result<()> {
     let page = page_size();
     if GUARD_MODE.load(Ordering::Relaxed) != GUARD_MPROTECT {
         // SAFETY: `addr` is the first page of a slot inside a region this module mapped, and
@@ -166,20 +195,75 @@ pub(crate) fn install_guard(addr: usize) -> io::Result<()> {
     }
     let err = io::Error::last_os_error();
     if err.raw_os_error() == Some(libc::ENOMEM) {
-        let limit = std::fs::read_to_string("/proc/sys/vm/max_map_count")
-            .map(|s| s.trim().to_owned())
-            .unwrap_or_else(|_| "?".into());
-        return Err(io::Error::new(
-            io::ErrorKind::OutOfMemory,
-            format!(
-                "weft: cannot guard another task stack: the process reached vm.max_map_count \
-                 ({limit} mappings); this kernel lacks MADV_GUARD_INSTALL (Linux 6.13+), so each \
-                 stack costs two mappings; raise the limit (sysctl vm.max_map_count=...) or run \
-                 fewer tasks"
-            ),
-        ));
+        return Err(map_count_error());
     }
     Err(err)
+}
+
+/// The error for a full mapping table, naming the knob.
+fn map_count_error() -> io::Error {
+    let limit = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "?".into());
+    io::Error::new(
+        io::ErrorKind::OutOfMemory,
+        format!(
+            "weft: cannot guard another task stack: the process reached vm.max_map_count \
+             ({limit} mappings); this kernel lacks MADV_GUARD_INSTALL (Linux 6.13+), so each \
+             stack costs two mappings; raise the limit (sysctl vm.max_map_count=...) or run \
+             fewer tasks"
+        ),
+    )
+}
+
+/// A pidfd for this process, for `process_madvise`; `None` where the kernel has none.
+fn self_pidfd() -> Option<libc::c_int> {
+    static PIDFD: OnceLock<Option<libc::c_int>> = OnceLock::new();
+    *PIDFD.get_or_init(|| {
+        // SAFETY: pidfd_open on our own pid has no memory effects.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
+        (fd >= 0).then_some(fd as libc::c_int)
+    })
+}
+
+/// One `process_madvise(2)` call over at most 1024 ranges of this process.
+///
+/// # Safety
+/// The advice must be harmless to every range (no live data the advice would destroy).
+unsafe fn process_madvise(
+    pidfd: libc::c_int,
+    ranges: &[(usize, usize)],
+    advice: libc::c_int,
+) -> io::Result<()> {
+    let iov: Vec<libc::iovec> = ranges
+        .iter()
+        .map(|&(addr, len)| libc::iovec {
+            iov_base: addr as *mut libc::c_void,
+            iov_len: len,
+        })
+        .collect();
+    let total: usize = ranges.iter().map(|r| r.1).sum();
+    // SAFETY: the iovec array is valid for the call; the advice's harmlessness is the caller's
+    // contract.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_process_madvise,
+            pidfd,
+            iov.as_ptr(),
+            iov.len(),
+            advice,
+            0,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if rc as usize != total {
+        return Err(io::Error::other(
+            "process_madvise advised part of the ranges",
+        ));
+    }
+    Ok(())
 }
 
 /// Whether guards are page-table markers (true) or `mprotect`ed pages (false); `None` before
@@ -199,36 +283,13 @@ pub fn guards_are_markers() -> Option<bool> {
 /// process (measured here: 225 ns per page against 1.3 µs for one `madvise` each), and falls
 /// back to `madvise` per range.
 pub(crate) fn release(ranges: &[(usize, usize)]) {
-    static PIDFD: OnceLock<Option<libc::c_int>> = OnceLock::new();
-    let pidfd = *PIDFD.get_or_init(|| {
-        // SAFETY: pidfd_open on our own pid has no memory effects.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
-        (fd >= 0).then_some(fd as libc::c_int)
-    });
     let mut rest = ranges;
-    if let Some(pidfd) = pidfd {
+    if let Some(pidfd) = self_pidfd() {
         while !rest.is_empty() {
             let n = rest.len().min(1024);
-            let iov: Vec<libc::iovec> = rest[..n]
-                .iter()
-                .map(|&(addr, len)| libc::iovec {
-                    iov_base: addr as *mut libc::c_void,
-                    iov_len: len,
-                })
-                .collect();
-            // SAFETY: every range is a whole slot of one of our regions whose task has ended;
-            // DONTNEED only drops the pages' contents.
-            let rc = unsafe {
-                libc::syscall(
-                    libc::SYS_process_madvise,
-                    pidfd,
-                    iov.as_ptr(),
-                    n,
-                    libc::MADV_DONTNEED,
-                    0,
-                )
-            };
-            if rc < 0 {
+            // SAFETY: every range is a whole slot of one of our regions whose task has ended
+            // (stack/mod.rs invariant 2); DONTNEED only drops the pages' contents.
+            if unsafe { process_madvise(pidfd, &rest[..n], libc::MADV_DONTNEED) }.is_err() {
                 break;
             }
             rest = &rest[n..];

@@ -12,22 +12,24 @@
 //!    joiner after it saw DONE.
 //! 2. `waiter` is written only by the joiner, before its CAS to WAITING; taken only by the
 //!    completion after its swap saw WAITING.
-//! 3. A completion completes exactly once: by [`Completion::complete`], or by its drop, which
-//!    records a cancellation (the task was dropped before it ran, or unwound at shutdown).
+//! 3. The slot is completed exactly once, by the task's cell (task/cell.rs invariant 2):
+//!    with its result, or with [`CANCELLED`] when it was dropped before it ran or unwound
+//!    at shutdown.
 //!
 //! Checked by `src/tests/loom_join.rs`.
 
-use std::any::Any;
 use std::cell::UnsafeCell;
+#[cfg(not(loom))]
 use std::fmt;
 use std::thread;
 
 use crate::loom::sync::atomic::{AtomicU8, Ordering};
-use crate::loom::sync::Arc;
 use crate::park::Waiter;
 
 #[cfg(not(loom))]
-use super::{Task, TaskId};
+use super::{cell::JoinCell, Task, TaskId};
+#[cfg(not(loom))]
+use std::sync::Arc;
 
 /// No result, no joiner waiting.
 const EMPTY: u8 = 0;
@@ -52,18 +54,17 @@ unsafe impl<T: Send> Sync for JoinSlot<T> {}
 // SAFETY: as above.
 unsafe impl<T: Send> Send for JoinSlot<T> {}
 
-pub(crate) fn pair<T>() -> (Arc<JoinSlot<T>>, Completion<T>) {
-    let slot = Arc::new(JoinSlot {
-        state: AtomicU8::new(EMPTY),
-        waiter: UnsafeCell::new(None),
-        result: UnsafeCell::new(None),
-    });
-    (slot.clone(), Completion { slot: Some(slot) })
-}
-
 impl<T> JoinSlot<T> {
-    /// Stores the result; returns the joiner to wake, if one waits.
-    fn complete(&self, result: thread::Result<T>) -> Option<Waiter> {
+    pub(crate) fn new() -> Self {
+        JoinSlot {
+            state: AtomicU8::new(EMPTY),
+            waiter: UnsafeCell::new(None),
+            result: UnsafeCell::new(None),
+        }
+    }
+
+    /// Stores the result; returns the joiner to wake, if one waits. Called once (invariant 3).
+    pub(crate) fn complete(&self, result: thread::Result<T>) -> Option<Waiter> {
         // SAFETY: invariant 1: the single completion writes before publishing DONE.
         unsafe { *self.result.get() = Some(result) };
         // AcqRel: Release publishes `result` (pairs with the joiner's Acquire loads); Acquire
@@ -107,42 +108,18 @@ impl<T> JoinSlot<T> {
     }
 }
 
-/// The task's side of the slot: completes it once (invariant 3).
-pub(crate) struct Completion<T> {
-    slot: Option<Arc<JoinSlot<T>>>,
-}
-
-impl<T> Completion<T> {
-    /// Records the task's result; returns the joiner to wake, if any.
-    pub(crate) fn complete(mut self, result: thread::Result<T>) -> Option<Waiter> {
-        self.slot.take().and_then(|slot| slot.complete(result))
-    }
-}
-
-impl<T> Drop for Completion<T> {
-    fn drop(&mut self) {
-        if let Some(slot) = self.slot.take() {
-            let payload: Box<dyn Any + Send> = Box::new(CANCELLED);
-            if let Some(waiter) = slot.complete(Err(payload)) {
-                waiter.wake();
-            }
-        }
-    }
-}
-
 /// An owned permission to join a task, like `std::thread::JoinHandle`.
 ///
 /// Dropping it detaches the task: it runs on, and its result is dropped.
 #[cfg(not(loom))]
 pub struct JoinHandle<T> {
-    slot: Arc<JoinSlot<T>>,
-    task: Task,
+    cell: Arc<dyn JoinCell<T>>,
 }
 
 #[cfg(not(loom))]
-impl<T> JoinHandle<T> {
-    pub(crate) fn new(slot: Arc<JoinSlot<T>>, task: Task) -> Self {
-        JoinHandle { slot, task }
+impl<T: 'static> JoinHandle<T> {
+    pub(crate) fn new(cell: Arc<dyn JoinCell<T>>) -> Self {
+        JoinHandle { cell }
     }
 
     /// Waits for the task to finish and returns its result; a panic in the task comes back as
@@ -151,30 +128,32 @@ impl<T> JoinHandle<T> {
     ///
     /// From a task this parks only the task; from a plain OS thread it blocks the thread.
     pub fn join(self) -> thread::Result<T> {
-        self.slot.wait(Waiter::current, crate::park::park_current)
+        self.cell
+            .slot()
+            .wait(Waiter::current, crate::park::park_current)
     }
 
     /// Whether the task has finished (its result is ready to join).
     pub fn is_finished(&self) -> bool {
-        self.slot.is_done()
+        self.cell.slot().is_done()
     }
 
     /// The task's handle.
-    pub fn task(&self) -> &Task {
-        &self.task
+    pub fn task(&self) -> Task {
+        Task::from_cell(self.cell.clone())
     }
 
     /// The task's id.
     pub fn id(&self) -> TaskId {
-        self.task.id()
+        self.task().id()
     }
 }
 
 #[cfg(not(loom))]
-impl<T> fmt::Debug for JoinHandle<T> {
+impl<T: 'static> fmt::Debug for JoinHandle<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("JoinHandle")
-            .field("task", &self.task)
+            .field("task", &self.task())
             .finish()
     }
 }

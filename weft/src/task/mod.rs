@@ -27,9 +27,10 @@
 //!
 //! May call: `stack`, `park`, `sched` (to submit a spawned task). Called by: everything above.
 
+mod cell;
 mod join;
 
-pub(crate) use join::Completion;
+pub(crate) use cell::TaskCell;
 pub use join::JoinHandle;
 
 use std::cell::{Cell, UnsafeCell};
@@ -63,14 +64,10 @@ pub(crate) enum Suspend {
 /// returns the joiner to wake once it has fully finished.
 pub(crate) type TaskCoroutine = Coroutine<(), Suspend, Option<Waiter>, Slot>;
 
-/// The closure of a task that has not started: runs the user's function and records its
-/// result, returning the joiner to wake.
-pub(crate) type TaskBody = Box<dyn FnOnce() -> Option<Waiter> + Send>;
-
 /// Where a task is in its life (invariant 1).
 pub(crate) enum RunState {
-    /// Spawned, never run: may still be stolen by any worker.
-    New { body: TaskBody, slot: Slot },
+    /// Spawned, never run: may still be stolen by any worker. Its closure is in its cell.
+    New { slot: Slot },
     /// Running or suspended on its home worker; `live` is its index in that worker's live list.
     Started {
         coroutine: TaskCoroutine,
@@ -98,9 +95,9 @@ pub(crate) struct Header {
 // (invariant 1), or, for `run` in state New, by whichever single worker popped the task from a
 // queue; `home` is written once before it can be read elsewhere (invariant 2).
 unsafe impl Sync for Header {}
-// SAFETY: a Header moves between threads as an `Arc`. Its `RunState::New` content is `Send`
-// (a `Send` closure and a slot of memory); a `Started` coroutine, which is not `Send`, is only
-// ever dropped on its home thread (invariant 3).
+// SAFETY: a Header moves between threads inside its task's `Arc`. Its `RunState::New` content
+// is a slot of memory; a `Started` coroutine, which is not `Send`, is only ever dropped on its
+// home thread (invariant 3).
 unsafe impl Send for Header {}
 
 impl Header {
@@ -187,40 +184,76 @@ impl fmt::Display for TaskId {
 /// A handle to a task, like `std::thread::Thread`: its identity, and `unpark`.
 #[derive(Clone)]
 pub struct Task {
-    pub(crate) header: Arc<Header>,
+    cell: Arc<dyn TaskCell>,
 }
 
 impl Task {
+    pub(crate) fn from_cell(cell: Arc<dyn TaskCell>) -> Task {
+        Task { cell }
+    }
+
+    /// The task's header.
+    pub(crate) fn header(&self) -> &Header {
+        // SAFETY: every `TaskCell` is a `cell::Cell`, which is `repr(C)` with its header first
+        // (cell.rs), so the cell's address is the header's; the reference lives as long as
+        // `self`'s strong count.
+        unsafe { &*(Arc::as_ptr(&self.cell) as *const Header) }
+    }
+
+    pub(crate) fn cell(&self) -> &dyn TaskCell {
+        &*self.cell
+    }
+
+    /// The raw cell pointer, for a worker's "current task" (it keeps the task alive meanwhile).
+    pub(crate) fn as_ptr(&self) -> *const dyn TaskCell {
+        Arc::as_ptr(&self.cell)
+    }
+
+    /// A new handle from a raw cell pointer.
+    ///
+    /// # Safety
+    /// `ptr` must come from [`Task::as_ptr`] of a task that is still alive.
+    pub(crate) unsafe fn clone_from_ptr(ptr: *const dyn TaskCell) -> Task {
+        // SAFETY: the caller's contract; incrementing first makes `from_raw` yield an extra
+        // owned reference.
+        unsafe {
+            Arc::increment_strong_count(ptr);
+            Task {
+                cell: Arc::from_raw(ptr),
+            }
+        }
+    }
+
     /// The task's unique id.
     pub fn id(&self) -> TaskId {
-        self.header.id
+        self.header().id
     }
 
     /// The name given with [`Builder::name`], if any.
     pub fn name(&self) -> Option<&str> {
-        self.header.name.as_deref()
+        self.header().name.as_deref()
     }
 
     /// Where the task was spawned.
     pub fn spawn_site(&self) -> &'static Location<'static> {
-        self.header.spawn_site
+        self.header().spawn_site
     }
 
     /// The size of the task's stack slot in bytes, guard page included.
     pub fn stack_size(&self) -> usize {
-        self.header.class.bytes()
+        self.header().class.bytes()
     }
 
     /// Makes the task's next (or current) [`park`] return, like `std::thread::Thread::unpark`.
     /// The task is scheduled on the worker it lives on. Callable from any thread.
     pub fn unpark(&self) {
-        if self.header.park.unpark() {
+        if self.header().park.unpark() {
             sched::schedule_woken(self.clone());
         }
     }
 
     pub(crate) fn ptr_eq(&self, other: &Task) -> bool {
-        Arc::ptr_eq(&self.header, &other.header)
+        std::ptr::addr_eq(self.as_ptr(), other.as_ptr())
     }
 }
 
@@ -321,41 +354,47 @@ impl Builder {
                 None => spawner.default_class(),
             };
             let slot = spawner.take_slot(class)?;
-            let (join, completion) = join::pair::<T>();
-            let body: TaskBody = Box::new(move || run_body(f, completion));
-            let header = Arc::new(Header {
+            let header = Header {
                 id: TaskId::next(),
                 park: ParkState::new(),
                 name: self.name.map(String::into_boxed_str),
                 spawn_site,
                 class,
                 home: UnsafeCell::new(None),
-                run: UnsafeCell::new(RunState::New { body, slot }),
+                run: UnsafeCell::new(RunState::New { slot }),
                 yielder: Cell::new(std::ptr::null()),
                 cancelling: Cell::new(false),
-            });
-            let task = Task { header };
-            let handle = JoinHandle::new(join, task.clone());
+            };
+            let cell = Arc::new(cell::Cell::new(header, f));
+            let task = Task { cell: cell.clone() };
             spawner.submit(task);
-            Ok(handle)
+            Ok(JoinHandle::new(cell))
         })
     }
 }
 
-/// Runs the user's closure on the task's stack and records its result.
-fn run_body<F, T>(f: F, completion: Completion<T>) -> Option<Waiter>
-where
-    F: FnOnce() -> T,
-{
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        // Shutdown unwound this task at a park: `completion`'s drop records the cancellation
-        // and wakes the joiner. No unwind crosses the coroutine's root.
-        Err(payload) if payload.is::<Cancelled>() => None,
-        result => completion.complete(result),
-    }
-}
-
 /// Spawns `f` as a new task on the current runtime, like `std::thread::spawn`.
+///
+/// The closure must be `Send`: a task that has not started may be stolen by any worker. Once
+/// started, it stays on its worker's thread, so it may hold `!Send` values across parks:
+///
+/// ```
+/// let n = weft::run(|| {
+///     weft::spawn(|| {
+///         let shared = std::rc::Rc::new(5); // not Send, held across a yield
+///         weft::yield_now();
+///         *shared
+///     })
+///     .join()
+///     .unwrap()
+/// });
+/// assert_eq!(n, 5);
+/// ```
+///
+/// ```compile_fail
+/// let shared = std::rc::Rc::new(5);
+/// weft::run(move || weft::spawn(move || *shared).join().unwrap());
+/// ```
 ///
 /// # Panics
 /// Outside a runtime (see [`Builder::spawn`]), or when no stack can be had.

@@ -1,1 +1,9 @@
-//! Model checks (loom) and unit tests of cross-module protocols.
+//! Model checks (loom) of weft's cross-thread protocols. Run with
+//! `RUSTFLAGS="--cfg loom" cargo test -p weft --lib --release loom` (scripts/test.sh does).
+
+#[cfg(loom)]
+mod loom_idle;
+#[cfg(loom)]
+mod loom_join;
+#[cfg(loom)]
+mod loom_park;

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (.ci/run) and as a fresh machine runs it:
+#   1. installs the Go toolchain the comparison tests use (tests that need it print
+#      "skipped: <reason>" when it cannot be had);
+#   2. every crate's unit, integration and doc tests;
+#   3. the loom model checks of weft's lock-free protocols (src/tests/loom_*.rs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! scripts/install-go.sh >/dev/null; then
+  echo "test: no Go toolchain could be installed; Go-dependent tests will report themselves skipped"
+fi
+
+cargo test --workspace
+
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+  cargo test -p weft --lib --release loom
