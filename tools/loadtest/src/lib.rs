@@ -287,6 +287,16 @@ struct Shared {
     last_done: Mutex<Option<Instant>>,
 }
 
+/// The longest a run may take: the dial phase (every gap, plus a dial timeout), then every
+/// round at its I/O timeout, plus slack. The binary exits with an error past it.
+pub fn time_limit(config: &Config) -> Duration {
+    let batches = config.conns.div_ceil(config.batch.max(1)) as u64;
+    Duration::from_millis(batches * config.gap_ms + config.dial_timeout_ms)
+        + IO_TIMEOUT * (config.rounds as u32 + 1)
+        + Duration::from_millis(config.stagger_ms * config.rounds as u64)
+        + Duration::from_secs(5)
+}
+
 /// A cheap deterministic hash for the stagger delays.
 fn jitter(conn: usize, round: usize, max_ms: u64) -> Duration {
     if max_ms == 0 {

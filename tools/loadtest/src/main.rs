@@ -9,6 +9,13 @@ fn main() {
         }
     };
     weft_loadtest::prepare_fds(config.conns + 256);
+    // A run must end: past every timeout the load can take, give up with an error.
+    let limit = weft_loadtest::time_limit(&config);
+    std::thread::spawn(move || {
+        std::thread::sleep(limit);
+        eprintln!("loadtest: the run did not end within {limit:?}; giving up");
+        std::process::exit(3);
+    });
     let runtime = weft::Runtime::builder()
         .stack_size(32 * 1024)
         .build()
