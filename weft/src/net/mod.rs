@@ -1,1 +1,201 @@
 //! Sockets whose blocking calls park the task, not the worker.
+//!
+//! [`TcpListener`], [`TcpStream`] and [`UdpSocket`] look like std's: `read`, `write`, `accept`
+//! and `connect` block. In a weft task, blocking means parking: the task waits for readiness
+//! from its worker's netpoller (`sched/io.rs`) while the worker runs other tasks. On a plain
+//! OS thread they block the thread, like std sockets (the descriptor is non-blocking either
+//! way; a plain thread waits in `poll(2)`).
+//!
+//! ```no_run
+//! use std::io::{Read, Write};
+//! weft::run(|| {
+//!     let listener = weft::net::TcpListener::bind("127.0.0.1:7000").unwrap();
+//!     for stream in listener.incoming() {
+//!         let mut stream = stream.unwrap();
+//!         weft::spawn(move || {
+//!             let mut buf = [0; 16 * 1024];
+//!             while let Ok(n @ 1..) = stream.read(&mut buf) {
+//!                 if stream.write_all(&buf[..n]).is_err() {
+//!                     break;
+//!                 }
+//!             }
+//!         });
+//!     }
+//! });
+//! ```
+//!
+//! Owns: [`Source`], a non-blocking socket plus its readiness and its (lazy) registration
+//! with the poller of the first worker whose task waited on it.
+//!
+//! Invariants:
+//! 1. Every socket held by a `Source` is in non-blocking mode.
+//! 2. A `Source` deregisters its descriptor before closing it (sched/io.rs invariant 2): the
+//!    `Drop` impl deregisters, then the socket field drops.
+//! 3. Name resolution that needs the system resolver runs on the blocking pool
+//!    (`task::spawn_blocking`), never on a worker (net/resolve.rs).
+//!
+//! May call: `sched::io`, `park`, `task` (spawn_blocking). Called by: users.
+//!
+//! Timeouts: a read or write timeout that expires returns `ErrorKind::TimedOut` (std returns
+//! `WouldBlock` on Unix for its `SO_RCVTIMEO`); the timeout is per handle, not shared with
+//! clones as std's socket option is.
+
+mod resolve;
+mod sys;
+mod tcp;
+mod udp;
+
+pub use resolve::{lookup_host, ToSocketAddrs};
+pub use tcp::{Incoming, TcpListener, TcpStream};
+pub use udp::UdpSocket;
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::sched::io::{self as reactor, Direction, Readiness, Registration};
+
+pub(crate) fn timed_out() -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, "weft: i/o operation timed out")
+}
+
+/// A non-blocking socket and the machinery to wait on it (module invariants 1–2).
+pub(crate) struct Source<T: AsFd> {
+    readiness: Arc<Readiness>,
+    registration: OnceLock<Registration>,
+    /// Declared last: dropped after `Drop::drop` deregistered it.
+    io: T,
+}
+
+impl<T: AsFd> Source<T> {
+    /// Wraps `io`, which must already be non-blocking (invariant 1).
+    pub(crate) fn new(io: T) -> Source<T> {
+        Source {
+            readiness: Arc::default(),
+            registration: OnceLock::new(),
+            io,
+        }
+    }
+
+    pub(crate) fn get_ref(&self) -> &T {
+        &self.io
+    }
+
+    /// Runs `op` until it does not return `WouldBlock`, waiting for `dir` readiness between
+    /// tries; gives up with `TimedOut` after `timeout` (sched/io.rs protocol steps 1–3).
+    pub(crate) fn do_io<R>(
+        &self,
+        dir: Direction,
+        timeout: Option<Duration>,
+        mut op: impl FnMut(&T) -> io::Result<R>,
+    ) -> io::Result<R> {
+        let mut deadline: Option<Instant> = None;
+        loop {
+            let seen = self.readiness.seq(dir);
+            match op(&self.io) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                result => return result,
+            }
+            if deadline.is_none() {
+                deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+            }
+            self.wait(dir, seen, deadline)?;
+        }
+    }
+
+    /// [`Source::do_io`] for stream reads of up to `len` bytes, without the `EAGAIN` read
+    /// after a short one: a read that returns `0 < n < len` emptied the receive queue, so the
+    /// next read waits for readiness first (sched/io.rs `drained`).
+    pub(crate) fn do_read(
+        &self,
+        timeout: Option<Duration>,
+        len: usize,
+        mut op: impl FnMut(&T) -> io::Result<usize>,
+    ) -> io::Result<usize> {
+        let dir = Direction::Read;
+        let mut deadline: Option<Instant> = None;
+        loop {
+            let seen = self.readiness.seq(dir);
+            if !self.readiness.is_drained(dir, seen) {
+                match op(&self.io) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Ok(n) if n > 0 && n < len => {
+                        self.readiness.set_drained(dir, seen);
+                        return Ok(n);
+                    }
+                    result => return result,
+                }
+            }
+            if deadline.is_none() {
+                deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+            }
+            self.wait(dir, seen, deadline)?;
+        }
+    }
+
+    fn wait(&self, dir: Direction, seen: u64, deadline: Option<Instant>) -> io::Result<()> {
+        match reactor::current_remote() {
+            Some(remote) => {
+                self.register(remote)?;
+                self.readiness.wait(dir, seen, deadline)
+            }
+            None => sys::poll_fd(self.io.as_fd().as_raw_fd(), dir, deadline),
+        }
+    }
+
+    fn register(&self, remote: Arc<crate::sched::Remote>) -> io::Result<()> {
+        if self.registration.get().is_some() {
+            return Ok(());
+        }
+        // SAFETY: `Drop` deregisters before `io` (and so the descriptor) is dropped
+        // (invariant 2).
+        let registration =
+            unsafe { Registration::register(remote, self.io.as_fd(), self.readiness.clone())? };
+        if let Err(lost) = self.registration.set(registration) {
+            // Another task of another worker registered it first (a shared `&TcpStream`).
+            lost.deregister(self.io.as_fd());
+        }
+        Ok(())
+    }
+}
+
+impl<T: AsFd> Drop for Source<T> {
+    fn drop(&mut self) {
+        if let Some(registration) = self.registration.get() {
+            registration.deregister(self.io.as_fd());
+        }
+    }
+}
+
+/// A per-handle timeout in nanoseconds; 0 means none.
+#[derive(Default)]
+pub(crate) struct Timeout(AtomicU64);
+
+impl Timeout {
+    pub(crate) fn get(&self) -> Option<Duration> {
+        match self.0.load(Ordering::Relaxed) {
+            0 => None,
+            nanos => Some(Duration::from_nanos(nanos)),
+        }
+    }
+
+    /// std's rules: `Some(0)` is an error.
+    pub(crate) fn set(&self, timeout: Option<Duration>) -> io::Result<()> {
+        let nanos = match timeout {
+            None => 0,
+            Some(d) if d.is_zero() => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "cannot set a 0 duration timeout",
+                ))
+            }
+            Some(d) => d.as_nanos().clamp(1, u64::MAX as u128) as u64,
+        };
+        self.0.store(nanos, Ordering::Relaxed);
+        Ok(())
+    }
+}

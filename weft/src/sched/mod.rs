@@ -27,9 +27,15 @@
 //! computation delays the tasks that live on it; the work-stealing of never-started tasks keeps
 //! new work flowing to every core.
 
+#[cfg(not(loom))]
+pub(crate) mod blocking;
+#[cfg(not(loom))]
+mod epoll;
 mod idle;
 #[cfg(not(loom))]
-mod io;
+pub(crate) mod io;
+#[cfg(not(loom))]
+mod monitor;
 #[cfg(not(loom))]
 mod worker;
 

@@ -17,10 +17,12 @@ use std::panic::Location;
 use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
+use std::time::Duration;
 
 use crossbeam_deque::{Injector, Stealer};
 
 use super::idle::SleepFlags;
+use super::monitor::Monitor;
 use super::worker::{self, Worker};
 use crate::stack::{self, SizeClass};
 use crate::task::{JoinHandle, Task};
@@ -35,6 +37,8 @@ pub(crate) struct Shared {
     /// Workers looking for work without sleeping; spawners do not wake a sleeper while one
     /// spins, since the spinner will find the work.
     pub(crate) spinning: AtomicUsize,
+    /// Threads for `task::spawn_blocking` (sched/blocking.rs).
+    pub(crate) blocking: Arc<super::blocking::Pool>,
 }
 
 /// What other threads may touch of one worker.
@@ -52,6 +56,9 @@ pub(crate) struct Remote {
     /// stale, never unsafe (a `Location` is `'static`).
     pub(crate) running_id: AtomicU64,
     pub(crate) running_site: AtomicPtr<Location<'static>>,
+    /// The I/O sources registered with `poller` (sched/io.rs). Declared after `poller`, so
+    /// dropped after it (`Reactor::new`'s contract).
+    pub(crate) io: super::io::Reactor,
 }
 
 impl Remote {
@@ -108,6 +115,8 @@ impl Shared {
 pub struct RuntimeBuilder {
     workers: Option<usize>,
     stack_size: Option<usize>,
+    monitor_threshold: Option<Option<Duration>>,
+    max_threads: Option<usize>,
 }
 
 impl RuntimeBuilder {
@@ -121,6 +130,22 @@ impl RuntimeBuilder {
     /// The default stack size of this runtime's tasks (see `weft::stack`); 256 KiB if unset.
     pub fn stack_size(mut self, bytes: usize) -> Self {
         self.stack_size = Some(bytes);
+        self
+    }
+
+    /// How long a worker may run one task without parking before the monitor moves the
+    /// never-started tasks queued behind it to other workers and warns, naming the task's
+    /// spawn site (once per site). Default 10 ms; `None` runs no monitor.
+    pub fn monitor_threshold(mut self, threshold: Option<Duration>) -> Self {
+        self.monitor_threshold = Some(threshold);
+        self
+    }
+
+    /// The most OS threads the runtime may use: workers, monitor and blocking pool together
+    /// (like Go's `debug.SetMaxThreads`). Default 10,000. Past it, `spawn_blocking` fails with
+    /// a clear error instead of waiting.
+    pub fn max_threads(mut self, n: usize) -> Self {
+        self.max_threads = Some(n);
         self
     }
 
@@ -139,6 +164,20 @@ impl RuntimeBuilder {
                 "weft: a runtime needs at least one worker",
             ));
         }
+        let max_threads = self.max_threads.unwrap_or(DEFAULT_MAX_THREADS);
+        let monitor_threshold = self
+            .monitor_threshold
+            .unwrap_or(Some(super::monitor::DEFAULT_THRESHOLD));
+        let own_threads = workers + usize::from(monitor_threshold.is_some());
+        if own_threads > max_threads {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "weft: max_threads is {max_threads}, but the runtime needs {own_threads} \
+                     threads for its workers and monitor"
+                ),
+            ));
+        }
         let default_class =
             SizeClass::for_size(self.stack_size.unwrap_or(stack::DEFAULT_STACK_SIZE))?;
         stack::install_handler();
@@ -148,14 +187,18 @@ impl RuntimeBuilder {
             .collect();
         let remotes = (0..workers)
             .map(|index| {
+                let poller = polling::Poller::new()?;
+                // SAFETY: `io` is declared after `poller` in `Remote`, so dropped after it.
+                let io = unsafe { super::io::Reactor::new(&poller)? };
                 Ok(Arc::new(Remote {
                     index,
                     woken: Mutex::new(Vec::new()),
                     flags: SleepFlags::new(),
-                    poller: polling::Poller::new()?,
+                    poller,
                     resumes: AtomicU64::new(0),
                     running_id: AtomicU64::new(0),
                     running_site: AtomicPtr::new(std::ptr::null_mut()),
+                    io,
                 }))
             })
             .collect::<io::Result<Vec<_>>>()?;
@@ -166,6 +209,10 @@ impl RuntimeBuilder {
             default_class,
             shutdown: AtomicBool::new(false),
             spinning: AtomicUsize::new(0),
+            blocking: Arc::new(super::blocking::Pool::new(
+                max_threads - own_threads,
+                max_threads,
+            )),
         });
         let mut threads = Vec::with_capacity(workers);
         for (index, local) in locals.into_iter().enumerate() {
@@ -176,15 +223,30 @@ impl RuntimeBuilder {
             match spawned {
                 Ok(thread) => threads.push(thread),
                 Err(e) => {
-                    let runtime = Runtime { shared, threads };
+                    let runtime = Runtime {
+                        shared,
+                        threads,
+                        monitor: None,
+                    };
                     drop(runtime);
                     return Err(e);
                 }
             }
         }
-        Ok(Runtime { shared, threads })
+        let mut runtime = Runtime {
+            shared,
+            threads,
+            monitor: None,
+        };
+        if let Some(threshold) = monitor_threshold {
+            runtime.monitor = Some(Monitor::start(runtime.shared.clone(), threshold)?);
+        }
+        Ok(runtime)
     }
 }
+
+/// Go's default `debug.SetMaxThreads`.
+const DEFAULT_MAX_THREADS: usize = 10_000;
 
 fn workers_from_env() -> io::Result<usize> {
     parse_workers(std::env::var("WEFT_WORKERS").ok())
@@ -227,6 +289,7 @@ mod tests {
 pub struct Runtime {
     shared: Arc<Shared>,
     threads: Vec<thread::JoinHandle<()>>,
+    monitor: Option<Monitor>,
 }
 
 impl Runtime {
@@ -287,6 +350,10 @@ impl Drop for Runtime {
             // Joining our own thread would deadlock.
             panic!("weft: a runtime cannot be dropped from one of its own tasks");
         }
+        if let Some(monitor) = self.monitor.take() {
+            monitor.stop();
+        }
+        self.shared.blocking.shut_down();
         self.shared.shutdown.store(true, Ordering::SeqCst);
         for remote in &self.shared.remotes {
             remote.notify();

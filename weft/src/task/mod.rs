@@ -431,3 +431,35 @@ where
         Err(e) => panic!("weft: failed to spawn task: {e}"),
     }
 }
+
+/// Runs `f` on the runtime's pool of blocking threads while the calling task parks, and
+/// returns its result: the way to make a call that blocks its OS thread (`getaddrinfo`, file
+/// I/O, a blocking C library, a long computation) without stalling the worker. A panic in `f`
+/// resumes in the caller. On a plain OS thread, `f` runs right there.
+///
+/// # Panics
+/// With `f`'s panic, or when the runtime is out of OS threads
+/// ([`crate::RuntimeBuilder::max_threads`]); [`try_spawn_blocking`] returns that as an error.
+#[track_caller]
+pub fn spawn_blocking<F, T>(f: F) -> T
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    match try_spawn_blocking(f) {
+        Ok(value) => value,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Like [`spawn_blocking`], but running out of OS threads is an error, not a panic.
+///
+/// # Errors
+/// When the runtime reached its `max_threads`, is shutting down, or cannot start a thread.
+pub fn try_spawn_blocking<F, T>(f: F) -> io::Result<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    sched::blocking::run(f)
+}

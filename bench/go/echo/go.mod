@@ -1,0 +1,3 @@
+module weft.bench/echo
+
+go 1.22

@@ -1,0 +1,113 @@
+//! A TCP echo server: one task per connection, plain blocking reads and writes.
+//!
+//! ```text
+//! cargo run --release --example echo -- 127.0.0.1:7000
+//! ```
+//!
+//! Each connection gets a task with a 16 KiB buffer and TCP_NODELAY; it echoes until the peer
+//! closes or the connection fails. When `accept` fails for lack of descriptors (EMFILE,
+//! ENFILE) or memory, the accept loop backs off (5 ms doubling to 1 s, like Go's
+//! `http.Server`) and keeps serving the connections it has.
+
+use std::io::{self, Write};
+use std::time::Duration;
+
+use weft::net::{TcpListener, TcpStream};
+
+const BUFFER: usize = 16 * 1024;
+
+fn main() {
+    let addr = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "127.0.0.1:7000".to_string());
+    run(&addr);
+}
+
+/// Serves `addr` forever (also the entry point of the EMFILE test, tests/net_faults.rs).
+pub fn run(addr: &str) {
+    raise_fd_limit();
+    // Small stacks: a connection task needs little, and page tables cost slot_size / 512.
+    let runtime = weft::Runtime::builder()
+        .stack_size(32 * 1024)
+        .build()
+        .unwrap_or_else(|e| fail(&format!("cannot start the runtime: {e}")));
+    let addr = addr.to_string();
+    runtime.block_on(move || serve(&addr));
+}
+
+fn serve(addr: &str) {
+    let listener =
+        TcpListener::bind(addr).unwrap_or_else(|e| fail(&format!("cannot listen on {addr}: {e}")));
+    let local = listener.local_addr().expect("listener address");
+    println!("echo: listening on {local}");
+    let _ = io::stdout().flush();
+    let mut backoff = Duration::ZERO;
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                backoff = Duration::ZERO;
+                weft::spawn(move || echo(stream));
+            }
+            Err(e) if is_temporary(&e) => {
+                backoff = if backoff.is_zero() {
+                    Duration::from_millis(5)
+                } else {
+                    (backoff * 2).min(Duration::from_secs(1))
+                };
+                eprintln!("echo: accept: {e}; retrying in {backoff:?}");
+                weft::time::sleep(backoff);
+            }
+            Err(e) => fail(&format!("accept: {e}")),
+        }
+    }
+}
+
+fn echo(mut stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    // A buffer that is never zeroed: only the pages the reads reach are ever touched (one,
+    // for small messages), so an idle connection costs its stack page and one buffer page.
+    let mut buf: Vec<u8> = Vec::with_capacity(BUFFER);
+    loop {
+        buf.clear();
+        match stream.read_uninit(buf.spare_capacity_mut()) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                // SAFETY: `read_uninit` initialized the first `n` bytes of the spare capacity.
+                unsafe { buf.set_len(n) };
+                if stream.write_all(&buf).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Accept errors that pass: out of descriptors or memory, or a connection that died in the
+/// backlog.
+fn is_temporary(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM | libc::ECONNABORTED)
+    ) || e.kind() == io::ErrorKind::Interrupted
+}
+
+/// Soft RLIMIT_NOFILE up to the hard limit: a server holds one descriptor per connection.
+fn raise_fd_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a live rlimit for the kernel to fill in.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0
+        && limit.rlim_cur < limit.rlim_max
+    {
+        limit.rlim_cur = limit.rlim_max;
+        // SAFETY: as above; raising the soft limit up to the hard one is always allowed.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
+    }
+}
+
+fn fail(message: &str) -> ! {
+    eprintln!("echo: {message}");
+    std::process::exit(1);
+}

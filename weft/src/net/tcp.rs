@@ -1,0 +1,435 @@
+//! TCP: [`TcpListener`] and [`TcpStream`], std's API over a [`Source`].
+//!
+//! Owns: the two types; each owns one descriptor (a `try_clone` is a `dup`, with its own
+//! registration).
+//!
+//! May call: `net` (Source, sys, resolve). Called by: users.
+
+use std::fmt;
+use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::mem::MaybeUninit;
+use std::net::{Shutdown, SocketAddr};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::time::{Duration, Instant};
+
+use super::resolve::{resolve, ToSocketAddrs};
+use super::{sys, Source, Timeout};
+use crate::sched::io::Direction;
+
+/// A TCP socket server, listening for connections; like `std::net::TcpListener`, but `accept`
+/// parks the task.
+pub struct TcpListener {
+    source: Source<std::net::TcpListener>,
+}
+
+impl TcpListener {
+    /// Binds to the first address of `addr` that works (SO_REUSEADDR, backlog up to
+    /// `net.core.somaxconn`). Resolving a host name runs on the blocking pool.
+    ///
+    /// # Errors
+    /// Resolution or bind failures; the last one if every address fails.
+    pub fn bind<A: ToSocketAddrs>(addr: A) -> io::Result<TcpListener> {
+        each_addr(addr, |addr| {
+            let fd = sys::listen(addr)?;
+            Ok(TcpListener {
+                source: Source::new(std::net::TcpListener::from(fd)),
+            })
+        })
+    }
+
+    /// Takes over a std listener (switching it to non-blocking mode).
+    ///
+    /// # Errors
+    /// If it cannot be switched to non-blocking mode.
+    pub fn from_std(listener: std::net::TcpListener) -> io::Result<TcpListener> {
+        listener.set_nonblocking(true)?;
+        Ok(TcpListener {
+            source: Source::new(listener),
+        })
+    }
+
+    /// Waits for the next connection. Errors such as `EMFILE` (too many open files) come back
+    /// to the caller, whose loop should back off and call again, as Go's `http.Server` does.
+    ///
+    /// # Errors
+    /// Whatever `accept4(2)` reports.
+    pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
+        let (fd, addr) = self
+            .source
+            .do_io(Direction::Read, None, |l| sys::accept(l.as_raw_fd()))?;
+        let stream = std::net::TcpStream::from(fd);
+        Ok((TcpStream::from_nonblocking(stream), addr))
+    }
+
+    /// An endless iterator over accepted connections, like std's.
+    pub fn incoming(&self) -> Incoming<'_> {
+        Incoming { listener: self }
+    }
+
+    /// The address it listens on.
+    ///
+    /// # Errors
+    /// As `getsockname(2)`.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.source.get_ref().local_addr()
+    }
+
+    /// A new handle to the same listening socket (`dup`).
+    ///
+    /// # Errors
+    /// As `dup(2)`.
+    pub fn try_clone(&self) -> io::Result<TcpListener> {
+        Ok(TcpListener {
+            source: Source::new(self.source.get_ref().try_clone()?),
+        })
+    }
+
+    /// Sets `IP_TTL`.
+    ///
+    /// # Errors
+    /// As `setsockopt(2)`.
+    pub fn set_ttl(&self, ttl: u32) -> io::Result<()> {
+        self.source.get_ref().set_ttl(ttl)
+    }
+
+    /// Takes the pending `SO_ERROR`.
+    ///
+    /// # Errors
+    /// As `getsockopt(2)`.
+    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+        self.source.get_ref().take_error()
+    }
+}
+
+impl fmt::Debug for TcpListener {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TcpListener")
+            .field("addr", &self.local_addr().ok())
+            .field("fd", &self.as_raw_fd())
+            .finish()
+    }
+}
+
+impl AsFd for TcpListener {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.source.get_ref().as_fd()
+    }
+}
+
+impl AsRawFd for TcpListener {
+    fn as_raw_fd(&self) -> RawFd {
+        self.source.get_ref().as_raw_fd()
+    }
+}
+
+/// The iterator of [`TcpListener::incoming`]; never returns `None`.
+#[derive(Debug)]
+pub struct Incoming<'a> {
+    listener: &'a TcpListener,
+}
+
+impl Iterator for Incoming<'_> {
+    type Item = io::Result<TcpStream>;
+
+    fn next(&mut self) -> Option<io::Result<TcpStream>> {
+        Some(self.listener.accept().map(|(stream, _)| stream))
+    }
+}
+
+/// A TCP connection; like `std::net::TcpStream`, but `read`, `write` and `connect` park the
+/// task. `Read` and `Write` are implemented for `&TcpStream` too, so one task may read while
+/// another writes.
+pub struct TcpStream {
+    source: Source<std::net::TcpStream>,
+    read_timeout: Timeout,
+    write_timeout: Timeout,
+}
+
+impl TcpStream {
+    fn from_nonblocking(stream: std::net::TcpStream) -> TcpStream {
+        TcpStream {
+            source: Source::new(stream),
+            read_timeout: Timeout::default(),
+            write_timeout: Timeout::default(),
+        }
+    }
+
+    /// Connects to the first address of `addr` that accepts. Resolving a host name runs on the
+    /// blocking pool.
+    ///
+    /// # Errors
+    /// Resolution or connect failures; the last one if every address fails.
+    pub fn connect<A: ToSocketAddrs>(addr: A) -> io::Result<TcpStream> {
+        each_addr(addr, |addr| TcpStream::connect_deadline(addr, None))
+    }
+
+    /// Connects to `addr`, giving up with `TimedOut` after `timeout`.
+    ///
+    /// # Errors
+    /// A connect failure, or `TimedOut`; a zero timeout is `InvalidInput`, like std.
+    pub fn connect_timeout(addr: &SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
+        if timeout.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "cannot set a 0 duration timeout",
+            ));
+        }
+        TcpStream::connect_deadline(addr, Instant::now().checked_add(timeout))
+    }
+
+    fn connect_deadline(addr: &SocketAddr, deadline: Option<Instant>) -> io::Result<TcpStream> {
+        let fd = sys::socket(addr, libc::SOCK_STREAM)?;
+        let done = sys::start_connect(fd.as_fd(), addr)?;
+        let stream = TcpStream::from_nonblocking(std::net::TcpStream::from(fd));
+        if !done {
+            let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if timeout.is_some_and(|t| t.is_zero()) {
+                return Err(super::timed_out());
+            }
+            stream
+                .source
+                .do_io(Direction::Write, timeout, sys::take_connect_result)?;
+        }
+        Ok(stream)
+    }
+
+    /// Takes over a std stream (switching it to non-blocking mode).
+    ///
+    /// # Errors
+    /// If it cannot be switched to non-blocking mode.
+    pub fn from_std(stream: std::net::TcpStream) -> io::Result<TcpStream> {
+        stream.set_nonblocking(true)?;
+        Ok(TcpStream::from_nonblocking(stream))
+    }
+
+    /// The remote address.
+    ///
+    /// # Errors
+    /// `NotConnected`, or as `getpeername(2)`.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.source.get_ref().peer_addr()
+    }
+
+    /// The local address.
+    ///
+    /// # Errors
+    /// As `getsockname(2)`.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.source.get_ref().local_addr()
+    }
+
+    /// Shuts down the read half, the write half (the peer reads end of file: a half-close),
+    /// or both.
+    ///
+    /// # Errors
+    /// As `shutdown(2)`.
+    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        self.source.get_ref().shutdown(how)
+    }
+
+    /// A new handle to the same connection (`dup`), e.g. for a reader task and a writer task.
+    ///
+    /// # Errors
+    /// As `dup(2)`.
+    pub fn try_clone(&self) -> io::Result<TcpStream> {
+        let stream = TcpStream::from_nonblocking(self.source.get_ref().try_clone()?);
+        stream.read_timeout.set(self.read_timeout.get())?;
+        stream.write_timeout.set(self.write_timeout.get())?;
+        Ok(stream)
+    }
+
+    /// Reads give up with `TimedOut` after `timeout`; `None` waits forever.
+    ///
+    /// # Errors
+    /// `Some(Duration::ZERO)` is `InvalidInput`, like std.
+    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.read_timeout.set(timeout)
+    }
+
+    /// Writes give up with `TimedOut` after `timeout`; `None` waits forever.
+    ///
+    /// # Errors
+    /// `Some(Duration::ZERO)` is `InvalidInput`, like std.
+    pub fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.write_timeout.set(timeout)
+    }
+
+    /// The read timeout.
+    ///
+    /// # Errors
+    /// Never; a `Result` like std's.
+    pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(self.read_timeout.get())
+    }
+
+    /// The write timeout.
+    ///
+    /// # Errors
+    /// Never; a `Result` like std's.
+    pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(self.write_timeout.get())
+    }
+
+    /// Sets `TCP_NODELAY` (no Nagle delay for small writes).
+    ///
+    /// # Errors
+    /// As `setsockopt(2)`.
+    pub fn set_nodelay(&self, nodelay: bool) -> io::Result<()> {
+        self.source.get_ref().set_nodelay(nodelay)
+    }
+
+    /// Whether `TCP_NODELAY` is set.
+    ///
+    /// # Errors
+    /// As `getsockopt(2)`.
+    pub fn nodelay(&self) -> io::Result<bool> {
+        self.source.get_ref().nodelay()
+    }
+
+    /// Sets `IP_TTL`.
+    ///
+    /// # Errors
+    /// As `setsockopt(2)`.
+    pub fn set_ttl(&self, ttl: u32) -> io::Result<()> {
+        self.source.get_ref().set_ttl(ttl)
+    }
+
+    /// Takes the pending `SO_ERROR`.
+    ///
+    /// # Errors
+    /// As `getsockopt(2)`.
+    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+        self.source.get_ref().take_error()
+    }
+
+    /// Like `read`, into memory that need not be initialized (a `Vec`'s spare capacity): a
+    /// buffer that is never zeroed costs only the pages the reads reach, not its whole size.
+    /// Returns `n`; the first `n` elements of `buf` are then initialized.
+    ///
+    /// # Errors
+    /// As `read`.
+    pub fn read_uninit(&self, buf: &mut [MaybeUninit<u8>]) -> io::Result<usize> {
+        let len = buf.len();
+        let ptr = buf.as_mut_ptr().cast::<libc::c_void>();
+        self.source.do_read(self.read_timeout.get(), len, |s| {
+            // SAFETY: `ptr` is valid for writes of `len` bytes for the whole call (it borrows
+            // `buf`); recv(2) only writes, never reads, that memory.
+            let n = unsafe { libc::recv(s.as_raw_fd(), ptr, len, 0) };
+            if n < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(n as usize)
+            }
+        })
+    }
+
+    /// Reads without removing the data from the queue.
+    ///
+    /// # Errors
+    /// As `recv(2)`, or `TimedOut`.
+    pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.source
+            .do_io(Direction::Read, self.read_timeout.get(), |s| s.peek(buf))
+    }
+}
+
+impl Read for &TcpStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let len = buf.len();
+        self.source
+            .do_read(self.read_timeout.get(), len, |mut s| s.read(buf))
+    }
+
+    fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        self.source
+            .do_io(Direction::Read, self.read_timeout.get(), |mut s| {
+                s.read_vectored(bufs)
+            })
+    }
+}
+
+impl Write for &TcpStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.source
+            .do_io(Direction::Write, self.write_timeout.get(), |mut s| {
+                s.write(buf)
+            })
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.source
+            .do_io(Direction::Write, self.write_timeout.get(), |mut s| {
+                s.write_vectored(bufs)
+            })
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Read for TcpStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        (&*self).read(buf)
+    }
+
+    fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        (&*self).read_vectored(bufs)
+    }
+}
+
+impl Write for TcpStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        (&*self).write(buf)
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        (&*self).write_vectored(bufs)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl fmt::Debug for TcpStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TcpStream")
+            .field("addr", &self.local_addr().ok())
+            .field("peer", &self.peer_addr().ok())
+            .field("fd", &self.as_raw_fd())
+            .finish()
+    }
+}
+
+impl AsFd for TcpStream {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.source.get_ref().as_fd()
+    }
+}
+
+impl AsRawFd for TcpStream {
+    fn as_raw_fd(&self) -> RawFd {
+        self.source.get_ref().as_raw_fd()
+    }
+}
+
+/// Tries `f` on each resolved address; the last error if none works.
+pub(super) fn each_addr<A: ToSocketAddrs, T>(
+    addr: A,
+    mut f: impl FnMut(&SocketAddr) -> io::Result<T>,
+) -> io::Result<T> {
+    let mut last = None;
+    for addr in resolve(&addr)? {
+        match f(&addr) {
+            Ok(value) => return Ok(value),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "could not resolve to any addresses",
+        )
+    }))
+}

@@ -1,0 +1,118 @@
+//! The monitor: one thread per runtime that notices a worker stuck in one task (Go's
+//! `sysmon`), gets the never-started tasks queued behind it running elsewhere, and names the
+//! offending task.
+//!
+//! Owns: [`Monitor`] (the thread's handle and stop flag) and, on its own thread, the last
+//! sample of each worker's `Remote::resumes` and the set of spawn sites already warned about.
+//!
+//! Every `threshold / 2` it reads each worker's `resumes` and `running_id`. A worker whose
+//! count has not moved for `threshold` while one task runs is stuck:
+//! 1. If its `new_tasks` deque holds never-started tasks, it wakes a sleeping worker
+//!    (`Shared::wake_idle_worker`), whose search steals them (sched/mod.rs invariant 1: only
+//!    never-started tasks move; the stuck worker's woken, started tasks stay — moving them
+//!    would be unsound).
+//! 2. The first time a spawn site stalls a worker, it prints a warning naming the task's id
+//!    and spawn site (once per site, so a hot loop cannot flood stderr).
+//!
+//! May call: `sched` (Shared, Remote). Called by: `sched/runtime.rs` (start, stop).
+//!
+//! Why a thread of its own: a stuck worker cannot report itself, and the other workers may all
+//! be asleep in their pollers.
+
+use std::collections::HashSet;
+use std::io;
+use std::panic::Location;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::runtime::Shared;
+
+/// Default time a worker may spend in one task before the monitor steps in (Go preempts at
+/// 10 ms too).
+pub(crate) const DEFAULT_THRESHOLD: Duration = Duration::from_millis(10);
+
+pub(crate) struct Monitor {
+    stop: Arc<AtomicBool>,
+    thread: thread::JoinHandle<()>,
+}
+
+impl Monitor {
+    pub(crate) fn start(shared: Arc<Shared>, threshold: Duration) -> io::Result<Monitor> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread_stop = stop.clone();
+        let thread = thread::Builder::new()
+            .name("weft-monitor".into())
+            .spawn(move || watch(&shared, threshold, &thread_stop))?;
+        Ok(Monitor { stop, thread })
+    }
+
+    pub(crate) fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.thread().unpark();
+        let _ = self.thread.join();
+    }
+}
+
+struct Sample {
+    resumes: u64,
+    since: Instant,
+    handled: bool,
+}
+
+fn watch(shared: &Shared, threshold: Duration, stop: &AtomicBool) {
+    let tick = (threshold / 2).clamp(Duration::from_millis(1), Duration::from_millis(50));
+    let now = Instant::now();
+    let mut samples: Vec<Sample> = shared
+        .remotes
+        .iter()
+        .map(|_| Sample {
+            resumes: 0,
+            since: now,
+            handled: false,
+        })
+        .collect();
+    let mut warned: HashSet<usize> = HashSet::new();
+    while !stop.load(Ordering::Relaxed) {
+        thread::park_timeout(tick);
+        let now = Instant::now();
+        for (remote, sample) in shared.remotes.iter().zip(&mut samples) {
+            let resumes = remote.resumes.load(Ordering::Relaxed);
+            let running = remote.running_id.load(Ordering::Relaxed);
+            if resumes != sample.resumes || running == 0 {
+                *sample = Sample {
+                    resumes,
+                    since: now,
+                    handled: false,
+                };
+                continue;
+            }
+            let stuck_for = now - sample.since;
+            if stuck_for < threshold {
+                continue;
+            }
+            // Step 1, again at every tick while it stays stuck: new work keeps arriving.
+            if !shared.stealers[remote.index].is_empty() {
+                shared.wake_idle_worker(Some(remote.index));
+            }
+            if sample.handled {
+                continue;
+            }
+            sample.handled = true;
+            let site = remote.running_site.load(Ordering::Relaxed);
+            if warned.insert(site as usize) {
+                // SAFETY: the worker stores only `&'static Location` pointers (or null).
+                let site: Option<&'static Location<'static>> = unsafe { site.as_ref() };
+                let site = site.map_or_else(|| "an unknown site".to_string(), |s| s.to_string());
+                eprintln!(
+                    "weft: worker {} has run task {running} (spawned at {site}) for {} ms \
+                     without parking; tasks queued behind it that have not started move to \
+                     other workers. Make blocking calls through weft::task::spawn_blocking",
+                    remote.index,
+                    stuck_for.as_millis()
+                );
+            }
+        }
+    }
+}
