@@ -43,6 +43,8 @@
 //! stack size, then aborts the process — like Go's "fatal error: stack overflow".
 
 #![warn(missing_docs)]
+// Under loom only the protocol cores are built; the rest of their modules is unused there.
+#![cfg_attr(loom, allow(dead_code, unused_imports))]
 
 pub(crate) mod loom;
 
