@@ -61,6 +61,15 @@ struct Sample {
     handled: bool,
 }
 
+/// True the first time a spawn site is reported in this process: the warning is once per
+/// site for the whole process, not per runtime (a program that builds runtimes in a loop would
+/// otherwise repeat it).
+fn first_warning_for(site: usize) -> bool {
+    static WARNED: std::sync::Mutex<Option<HashSet<usize>>> = std::sync::Mutex::new(None);
+    let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
+    warned.get_or_insert_with(HashSet::new).insert(site)
+}
+
 fn watch(shared: &Shared, threshold: Duration, stop: &AtomicBool) {
     let tick = (threshold / 2).clamp(Duration::from_millis(1), Duration::from_millis(50));
     let now = Instant::now();
@@ -73,7 +82,6 @@ fn watch(shared: &Shared, threshold: Duration, stop: &AtomicBool) {
             handled: false,
         })
         .collect();
-    let mut warned: HashSet<usize> = HashSet::new();
     while !stop.load(Ordering::Relaxed) {
         thread::park_timeout(tick);
         let now = Instant::now();
@@ -101,7 +109,7 @@ fn watch(shared: &Shared, threshold: Duration, stop: &AtomicBool) {
             }
             sample.handled = true;
             let site = remote.running_site.load(Ordering::Relaxed);
-            if warned.insert(site as usize) {
+            if first_warning_for(site as usize) {
                 // SAFETY: the worker stores only `&'static Location` pointers (or null).
                 let site: Option<&'static Location<'static>> = unsafe { site.as_ref() };
                 let site = site.map_or_else(|| "an unknown site".to_string(), |s| s.to_string());
