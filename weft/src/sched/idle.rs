@@ -70,6 +70,11 @@ impl SleepFlags {
         self.pushed.load(Ordering::Relaxed)
     }
 
+    /// Whether the worker is (about to be) asleep; for the monitor's rest (monitor.rs).
+    pub(crate) fn is_sleeping(&self) -> bool {
+        self.sleeping.load(Ordering::Relaxed)
+    }
+
     /// Worker, awake again (after the wait, or when the final check found work).
     pub(crate) fn end_sleep(&self) {
         self.sleeping.store(false, Ordering::Relaxed);

@@ -14,7 +14,21 @@
 //! 2. The first time a spawn site stalls a worker, it prints a warning naming the task's id
 //!    and spawn site (once per site, so a hot loop cannot flood stderr).
 //!
-//! May call: `sched` (Shared, Remote). Called by: `sched/runtime.rs` (start, stop).
+//! # Idle
+//! With every worker asleep there is nothing to watch, and ticking every 5 ms cost ≈4 ms of CPU
+//! a second with a million parked tasks. After [`IDLE_TICKS_BEFORE_REST`] ticks with every
+//! worker asleep the monitor rests (parks), and the first worker to wake unparks it — Go's
+//! `sysmon` does the same. The handshake, as in sched/idle.rs:
+//! 1. The monitor sets `Rest::resting`, issues a SeqCst fence, then reads every worker's
+//!    `sleeping` flag; if one is awake it does not rest.
+//! 2. A worker leaving its sleep clears its `sleeping` flag, issues a SeqCst fence, then reads
+//!    `resting`; if set (and its swap wins) it unparks the monitor.
+//!
+//! Either the monitor sees the worker awake or the worker sees the monitor resting. A rest
+//! lasts at most [`MAX_REST`] anyway.
+//!
+//! May call: `sched` (Shared, Remote). Called by: `sched/runtime.rs` (start, stop),
+//! `sched/worker.rs` (`Rest::worker_awake`).
 //!
 //! Why a thread of its own: a stuck worker cannot report itself, and the other workers may all
 //! be asleep in their pollers.
@@ -32,6 +46,31 @@ use super::runtime::Shared;
 /// Default time a worker may spend in one task before the monitor steps in (Go preempts at
 /// 10 ms too).
 pub(crate) const DEFAULT_THRESHOLD: Duration = Duration::from_millis(10);
+
+/// Ticks with every worker asleep after which the monitor rests.
+const IDLE_TICKS_BEFORE_REST: u32 = 20;
+/// The longest rest: a bound on how late a missed wake could make the monitor.
+const MAX_REST: Duration = Duration::from_secs(1);
+
+/// The monitor's rest, shared with the workers (module doc, "Idle").
+#[derive(Default)]
+pub(crate) struct Rest {
+    resting: AtomicBool,
+    monitor: std::sync::OnceLock<thread::Thread>,
+}
+
+impl Rest {
+    /// A worker that just left its sleep (step 2): wakes a resting monitor.
+    pub(crate) fn worker_awake(&self) {
+        // SeqCst fence: pairs with the one in `watch` (step 1).
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.resting.load(Ordering::Relaxed) && self.resting.swap(false, Ordering::AcqRel) {
+            if let Some(monitor) = self.monitor.get() {
+                monitor.unpark();
+            }
+        }
+    }
+}
 
 pub(crate) struct Monitor {
     stop: Arc<AtomicBool>,
@@ -70,8 +109,31 @@ fn first_warning_for(site: usize) -> bool {
     warned.get_or_insert_with(HashSet::new).insert(site)
 }
 
+/// Step 1 of the rest handshake: rests if every worker sleeps, and returns once woken.
+fn rest_if_all_asleep(shared: &Shared, stop: &AtomicBool) -> bool {
+    let rest = &shared.monitor_rest;
+    rest.resting.store(true, Ordering::Relaxed);
+    // SeqCst fence: pairs with the one in `Rest::worker_awake`.
+    std::sync::atomic::fence(Ordering::SeqCst);
+    if !shared.remotes.iter().all(|r| r.flags.is_sleeping()) {
+        rest.resting.store(false, Ordering::Relaxed);
+        return false;
+    }
+    let start = Instant::now();
+    while rest.resting.load(Ordering::Acquire)
+        && !stop.load(Ordering::Relaxed)
+        && start.elapsed() < MAX_REST
+    {
+        thread::park_timeout(MAX_REST);
+    }
+    rest.resting.store(false, Ordering::Relaxed);
+    true
+}
+
 fn watch(shared: &Shared, threshold: Duration, stop: &AtomicBool) {
+    let _ = shared.monitor_rest.monitor.set(thread::current());
     let tick = (threshold / 2).clamp(Duration::from_millis(1), Duration::from_millis(50));
+    let mut idle_ticks = 0u32;
     let now = Instant::now();
     let mut samples: Vec<Sample> = shared
         .remotes
@@ -84,6 +146,20 @@ fn watch(shared: &Shared, threshold: Duration, stop: &AtomicBool) {
         .collect();
     while !stop.load(Ordering::Relaxed) {
         thread::park_timeout(tick);
+        if shared.remotes.iter().all(|r| r.flags.is_sleeping()) {
+            idle_ticks += 1;
+            if idle_ticks >= IDLE_TICKS_BEFORE_REST && rest_if_all_asleep(shared, stop) {
+                idle_ticks = 0;
+                // Time spent resting is no worker's fault: start the samples afresh.
+                let now = Instant::now();
+                for sample in &mut samples {
+                    sample.since = now;
+                }
+                continue;
+            }
+        } else {
+            idle_ticks = 0;
+        }
         let now = Instant::now();
         for (remote, sample) in shared.remotes.iter().zip(&mut samples) {
             let resumes = remote.resumes.load(Ordering::Relaxed);

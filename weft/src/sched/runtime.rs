@@ -39,6 +39,8 @@ pub(crate) struct Shared {
     pub(crate) spinning: AtomicUsize,
     /// Threads for `task::spawn_blocking` (sched/blocking.rs).
     pub(crate) blocking: Arc<super::blocking::Pool>,
+    /// The monitor's deep sleep while every worker sleeps (monitor.rs, "Idle").
+    pub(crate) monitor_rest: super::monitor::Rest,
 }
 
 /// What other threads may touch of one worker.
@@ -209,6 +211,7 @@ impl RuntimeBuilder {
             default_class,
             shutdown: AtomicBool::new(false),
             spinning: AtomicUsize::new(0),
+            monitor_rest: super::monitor::Rest::default(),
             blocking: Arc::new(super::blocking::Pool::new(
                 max_threads - own_threads,
                 max_threads,
