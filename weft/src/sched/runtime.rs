@@ -58,6 +58,9 @@ pub(crate) struct Remote {
     /// stale, never unsafe (a `Location` is `'static`).
     pub(crate) running_id: AtomicU64,
     pub(crate) running_site: AtomicPtr<Location<'static>>,
+    /// Started, unfinished tasks living on this worker (its live list's length), written by
+    /// the worker only, Relaxed: spawners read it to place new tasks (worker.rs, `Spawner`).
+    pub(crate) live: AtomicUsize,
     /// The I/O sources registered with `poller` (sched/io.rs). Declared after `poller`, so
     /// dropped after it (`Reactor::new`'s contract).
     pub(crate) io: super::io::Reactor,
@@ -200,6 +203,7 @@ impl RuntimeBuilder {
                     resumes: AtomicU64::new(0),
                     running_id: AtomicU64::new(0),
                     running_site: AtomicPtr::new(std::ptr::null_mut()),
+                    live: AtomicUsize::new(0),
                     io,
                 }))
             })
