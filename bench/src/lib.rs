@@ -57,9 +57,12 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// The Go toolchain: `.venv-go/bin/go` at the repository root (installed by
+/// The Go toolchain: `$WEFT_GO`, else `.venv-go/bin/go` at the repository root (installed by
 /// `scripts/install-go.sh`), else `go` on PATH. `Err` says why there is none.
 pub fn go_binary() -> Result<PathBuf, String> {
+    if let Some(go) = std::env::var_os("WEFT_GO") {
+        return Ok(PathBuf::from(go));
+    }
     let local = repo_root().join(".venv-go/bin/go");
     let candidates = [local, PathBuf::from("go")];
     for go in candidates {
@@ -78,6 +81,7 @@ pub fn build_go(name: &str) -> Result<PathBuf, String> {
     let go = go_binary()?;
     let root = repo_root();
     let out = root.join("target/go").join(name);
+    std::fs::create_dir_all(root.join("target/go")).map_err(|e| format!("target/go: {e}"))?;
     let status = Command::new(go)
         .current_dir(root.join("bench/go").join(name))
         .env("GOTOOLCHAIN", "local")
@@ -94,8 +98,8 @@ pub fn build_go(name: &str) -> Result<PathBuf, String> {
     Ok(out)
 }
 
-/// Runs a built Go program and returns the last line of its output (its JSON summary).
-pub fn run_go(binary: &Path, args: &[&str]) -> Result<String, String> {
+/// Runs a built Go program and returns everything it printed on stdout.
+pub fn run_go_output(binary: &Path, args: &[&str]) -> Result<String, String> {
     let out = Command::new(binary)
         .args(args)
         .output()
@@ -104,10 +108,15 @@ pub fn run_go(binary: &Path, args: &[&str]) -> Result<String, String> {
         return Err(format!(
             "{} failed: {}",
             binary.display(),
-            String::from_utf8_lossy(&out.stderr)
+            String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
-    String::from_utf8_lossy(&out.stdout)
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs a built Go program and returns the last line of its output (its JSON summary).
+pub fn run_go(binary: &Path, args: &[&str]) -> Result<String, String> {
+    run_go_output(binary, args)?
         .lines()
         .last()
         .map(str::to_owned)

@@ -92,10 +92,10 @@ fn observe(
     let window_end = first_deadline - Duration::from_millis(20);
     let idle = if window_end > window_start + Duration::from_millis(100) {
         std::thread::sleep(window_start.saturating_duration_since(Instant::now()));
-        let cpu0 = peers::cpu_time();
+        let cpu0 = weft_bench::cpu_time();
         let w0 = Instant::now();
         std::thread::sleep(window_end.saturating_duration_since(Instant::now()));
-        let cpu = peers::cpu_time() - cpu0;
+        let cpu = weft_bench::cpu_time() - cpu0;
         Some(cpu.as_secs_f64() * 1e3 / w0.elapsed().as_secs_f64())
     } else {
         None
@@ -103,9 +103,9 @@ fn observe(
     let rss = peers::status_kib("VmRSS") as f64 / 1024.0;
     let pte = peers::status_kib("VmPTE") as f64 / 1024.0;
     std::thread::sleep(window_end.saturating_duration_since(Instant::now()));
-    let cpu0 = peers::cpu_time();
+    let cpu0 = weft_bench::cpu_time();
     wait_for(&progress.woken, tasks);
-    let wake_cpu = peers::cpu_time() - cpu0;
+    let wake_cpu = weft_bench::cpu_time() - cpu0;
     (
         spawn,
         idle,
