@@ -134,8 +134,8 @@ impl RawSemaphore {
         }
     }
 
-    /// Gives `n` permits back, handing them to queued waiters first.
-    pub(crate) fn release(&self, n: usize) {
+    /// Adds `n` permits with a CAS unless WAITERS is set; true if it did.
+    fn add_if_no_waiters(&self, n: usize) -> bool {
         let mut state = self.state.load(Ordering::Relaxed);
         while state & WAITERS == 0 {
             // Release: publishes the protected data to the next acquirer (pairs with the
@@ -146,26 +146,25 @@ impl RawSemaphore {
                 Ordering::Release,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => return,
+                Ok(_) => return true,
                 Err(actual) => state = actual,
             }
+        }
+        false
+    }
+
+    /// Gives `n` permits back, handing them to queued waiters first.
+    pub(crate) fn release(&self, n: usize) {
+        if self.add_if_no_waiters(n) {
+            return;
         }
         let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        let mut state = self.state.load(Ordering::Relaxed);
         // Another releaser may have served the last waiter and cleared WAITERS before we got
         // the lock; then fast paths run again and `state` is not ours to overwrite.
-        while state & WAITERS == 0 {
-            // Release: as in the fast path above.
-            match self.state.compare_exchange_weak(
-                state,
-                state + (n << 1),
-                Ordering::Release,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return,
-                Err(actual) => state = actual,
-            }
+        if self.add_if_no_waiters(n) {
+            return;
         }
+        let state = self.state.load(Ordering::Relaxed);
         // Invariant 2: WAITERS is set (seen under the lock), so only lock holders change
         // `state` now.
         let mut permits = (state >> 1) + n;
