@@ -636,8 +636,18 @@ impl Worker {
         // SAFETY: the task has not run yet and this worker owns it (invariant 2 of task/mod.rs).
         unsafe { task.header().set_home(self.remote.clone()) };
         let live = self.live.borrow_mut().insert(task.clone());
-        self.remote.live.fetch_add(1, Ordering::Relaxed);
+        self.set_live_count(1);
         *state = RunState::Started { coroutine, live };
+    }
+
+    /// Publishes the live list's length for spawners (`less_loaded_worker`). This worker is
+    /// the only writer, so a load and a store do, without a locked instruction on the start
+    /// and finish of every task.
+    fn set_live_count(&self, delta: isize) {
+        let live = self.remote.live.load(Ordering::Relaxed);
+        self.remote
+            .live
+            .store(live.wrapping_add_signed(delta), Ordering::Relaxed);
     }
 
     /// Recycles a returned task's slot and forgets it.
@@ -647,7 +657,7 @@ impl Worker {
         };
         self.slots.borrow_mut().put(coroutine.into_stack());
         let removed = self.live.borrow_mut().remove(live);
-        self.remote.live.fetch_sub(1, Ordering::Relaxed);
+        self.set_live_count(-1);
         debug_assert!(removed.is_some_and(|t| t.ptr_eq(task)));
     }
 
