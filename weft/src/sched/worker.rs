@@ -38,6 +38,9 @@ const SPIN_MISSES: u32 = 4;
 /// How often (in tasks run) the injector is checked before local work, so that tasks spawned
 /// from outside are not starved by a busy worker (Go checks its global queue every 61 ticks).
 const INJECTOR_INTERVAL: u32 = 61;
+/// A task woken by the running one runs next (`Worker::push_ready_from`) except at every this
+/// many picks, when the worker takes from its queues instead.
+const RUN_NEXT_TURNS: u32 = 16;
 /// How long shutdown waits for cancelled tasks that parked again while unwinding.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
@@ -148,7 +151,7 @@ pub(crate) fn schedule_woken(task: Task) {
     if let Some(worker) = current_worker() {
         // Compared by address: no reference count is touched on this, the ping-pong path.
         if Arc::ptr_eq(&worker.remote, home) {
-            worker.ready.borrow_mut().push_back(task);
+            worker.push_ready_from(task);
             return;
         }
     }
@@ -288,6 +291,8 @@ pub(crate) struct Worker {
     new_tasks: crossbeam_deque::Worker<Task>,
     /// Woken and yielded tasks of this worker; never stolen.
     ready: RefCell<VecDeque<Task>>,
+    /// The task the running task woke last, run next (Go's `runnext`); see `push_ready_from`.
+    run_next: Cell<Option<Task>>,
     slots: RefCell<LocalSlots>,
     live: RefCell<Live>,
     /// The cell of the task being resumed, if any.
@@ -313,6 +318,7 @@ impl Worker {
             shared,
             new_tasks,
             ready: RefCell::new(VecDeque::new()),
+            run_next: Cell::new(None),
             slots: RefCell::new(LocalSlots::default()),
             live: RefCell::new(Live::default()),
             current: Cell::new(None),
@@ -342,9 +348,41 @@ impl Worker {
         }
     }
 
+    /// Queues a task woken on this worker. One woken by the running task goes to `run_next`:
+    /// the running task is usually about to park (a send handing over to a waiting receiver,
+    /// then a receive), and the woken one then runs at once without a trip through the ready
+    /// queue — a rendezvous ping-pong's every half trip. Whatever held `run_next` goes to the
+    /// back of the ready queue.
+    fn push_ready_from(&self, task: Task) {
+        if self.current.get().is_some() {
+            if let Some(previous) = self.run_next.replace(Some(task)) {
+                self.ready.borrow_mut().push_back(previous);
+            }
+        } else {
+            self.ready.borrow_mut().push_back(task);
+        }
+    }
+
+    /// Whether a woken or yielded task waits to run here.
+    fn has_ready(&self) -> bool {
+        let next = self.run_next.take();
+        let has = next.is_some();
+        self.run_next.set(next);
+        has || !self.ready.borrow().is_empty()
+    }
+
     fn next_task(&self) -> Option<Task> {
         let tick = self.tick.get().wrapping_add(1);
         self.tick.set(tick);
+        if let Some(task) = self.run_next.take() {
+            // Fairness: every RUN_NEXT_TURNS-th pick goes through the queues, behind which
+            // `run_next` waits its turn (two tasks that keep waking each other would otherwise
+            // starve the rest), and so does the periodic look at timers, I/O and the injector.
+            if tick % RUN_NEXT_TURNS != 0 && tick % INJECTOR_INTERVAL != 0 {
+                return Some(task);
+            }
+            self.ready.borrow_mut().push_back(task);
+        }
         if tick % INJECTOR_INTERVAL == 0 {
             self.fire_timers();
             self.poll_io();
@@ -447,7 +485,7 @@ impl Worker {
     }
 
     fn has_work(&self) -> bool {
-        !self.ready.borrow().is_empty()
+        self.has_ready()
             || self.remote.flags.pushed_pending()
             || !self.new_tasks.is_empty()
             || !self.shared.injector.is_empty()
@@ -481,7 +519,7 @@ impl Worker {
             let mut timers_only = false;
             'spin: while start.elapsed() < SPIN {
                 self.fire_timers();
-                if !self.ready.borrow().is_empty() {
+                if self.has_ready() {
                     // A deadline passed: work, but not the cross-thread kind a spin exists
                     // to catch; do not let timers alone keep this worker spinning.
                     timers_only = true;
@@ -520,7 +558,7 @@ impl Worker {
             };
             // A timer that expired since `has_work` put its task in `ready`: run it rather than
             // sleep (until the next deadline, or forever if that was the last timer).
-            let fired = !self.ready.borrow().is_empty();
+            let fired = self.has_ready();
             if !fired && timeout != Some(Duration::ZERO) {
                 let slept = Instant::now();
                 self.wait(timeout);
