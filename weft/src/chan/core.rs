@@ -371,20 +371,14 @@ pub(crate) enum RecvOutcome<T> {
     Timeout,
 }
 
-/// Pops the first entry of `queue` that can be claimed, skipping `me`'s own entries and
-/// dropping stale ones (invariant 3). The returned entry is CLAIMED: fill its slot, then
-/// finish its handoff after unlocking.
-fn claim_peer<T>(queue: &mut VecDeque<Queued<T>>, me: *const Selector) -> Option<&Entry<T>> {
-    let mut i = 0;
-    while i < queue.len() {
-        let entry = queue[i].entry();
-        if ptr::eq(entry.sel, me) {
-            i += 1;
-            continue;
-        }
-        let claimed = entry.sel().claim();
-        let queued = queue.remove(i).expect("index is in bounds");
-        if claimed {
+/// Pops the first entry of `queue` that can be claimed, dropping stale ones (invariant 3). The
+/// returned entry is CLAIMED: fill its slot, then finish its handoff after unlocking.
+///
+/// The caller never has an entry of its own queued here: a blocking operation polls before it
+/// queues, and a `select!` polls only while none of its arms is registered (invariant 5).
+fn claim_peer<T>(queue: &mut VecDeque<Queued<T>>) -> Option<&Entry<T>> {
+    while let Some(queued) = queue.pop_front() {
+        if queued.entry().sel().claim() {
             // SAFETY: invariant 1: claimed entries stay alive until their SELECTED store.
             return Some(unsafe { &*queued.0 });
         }
@@ -407,11 +401,11 @@ fn remove_entry<T>(queue: &mut VecDeque<Queued<T>>, entry: *const Entry<T>) {
 }
 
 impl<T> State<T> {
-    fn try_send(&mut self, value: T, me: *const Selector) -> (TrySend<T>, Option<Handoff>) {
+    fn try_send(&mut self, value: T) -> (TrySend<T>, Option<Handoff>) {
         if self.rx_gone {
             return (TrySend::Disconnected(value), None);
         }
-        if let Some(peer) = claim_peer(&mut self.receivers, me) {
+        if let Some(peer) = claim_peer(&mut self.receivers) {
             // SAFETY: invariant 1: we claimed `peer`, so its slot is ours until the handoff.
             unsafe { *peer.slot.get() = Some(value) };
             return (TrySend::Sent, Some(peer.handoff()));
@@ -423,10 +417,10 @@ impl<T> State<T> {
         (TrySend::Full(value), None)
     }
 
-    fn try_recv(&mut self, me: *const Selector) -> (TryRecv<T>, Option<Handoff>) {
+    fn try_recv(&mut self) -> (TryRecv<T>, Option<Handoff>) {
         if let Some(value) = self.buf.pop_front() {
             // A slot freed up: move one blocked sender's value into the buffer (Go does too).
-            let handoff = claim_peer(&mut self.senders, me).map(|peer| {
+            let handoff = claim_peer(&mut self.senders).map(|peer| {
                 // SAFETY: invariant 1: claimed, so the slot is ours until the handoff.
                 let moved = unsafe { (*peer.slot.get()).take() };
                 self.buf.extend(moved);
@@ -434,7 +428,7 @@ impl<T> State<T> {
             });
             return (TryRecv::Got(value), handoff);
         }
-        if let Some(peer) = claim_peer(&mut self.senders, me) {
+        if let Some(peer) = claim_peer(&mut self.senders) {
             // SAFETY: invariant 1: claimed, so the slot is ours until the handoff.
             let value = unsafe { (*peer.slot.get()).take() };
             let value = value.expect("weft: a blocked sender's entry held no value");
@@ -544,13 +538,13 @@ impl<T> Chan<T> {
     }
 
     pub(crate) fn try_send(&self, value: T) -> TrySend<T> {
-        let (result, handoff) = self.lock().try_send(value, ptr::null());
+        let (result, handoff) = self.lock().try_send(value);
         finish(handoff);
         result
     }
 
     pub(crate) fn try_recv(&self) -> TryRecv<T> {
-        let (result, handoff) = self.lock().try_recv(ptr::null());
+        let (result, handoff) = self.lock().try_recv();
         finish(handoff);
         result
     }
@@ -617,7 +611,7 @@ impl<T> Chan<T> {
         park: &mut dyn FnMut(Option<Instant>),
     ) -> SendOutcome<T> {
         let mut state = self.lock();
-        let value = match state.try_send(value, ptr::null()) {
+        let value = match state.try_send(value) {
             (TrySend::Sent, handoff) => {
                 drop(state);
                 finish(handoff);
@@ -648,7 +642,7 @@ impl<T> Chan<T> {
     ) -> RecvOutcome<T> {
         loop {
             let mut state = self.lock();
-            match state.try_recv(ptr::null()) {
+            match state.try_recv() {
                 (TryRecv::Got(value), handoff) => {
                     drop(state);
                     finish(handoff);
