@@ -104,6 +104,7 @@ impl Selector {
     }
 
     /// A selector for one blocking operation on one channel (invariant 7).
+    #[inline]
     fn new_single() -> Selector {
         Selector {
             single: true,
@@ -113,6 +114,7 @@ impl Selector {
     }
 
     /// A peer, under the channel lock: takes the right to complete this selector (invariant 2).
+    #[inline]
     fn claim(&self) -> bool {
         if self.single {
             // Invariant 7: the claimer and the owner's abort both hold the channel lock.
@@ -132,6 +134,7 @@ impl Selector {
     /// The claimer, after filling the slot and unlocking the channel: wakes the owner, then
     /// marks arm `arm` completed. The store is the claimer's last touch of the selector
     /// (invariant 1).
+    #[inline]
     fn complete(&self, arm: usize) {
         wake_by_ref(&self.waiter);
         // Release: publishes the claimer's slot write; pairs with the Acquire in `selected`
@@ -145,6 +148,7 @@ impl Selector {
 
     /// The owner: `Some(arm)` if arm `arm` completed; `None` if still waiting. Spins through
     /// the short CLAIMED window (invariant 1).
+    #[inline]
     pub(crate) fn selected(&self) -> Option<usize> {
         let mut spins = 0;
         loop {
@@ -188,6 +192,7 @@ enum SelectorWaiter {
 
 #[cfg(not(loom))]
 impl SelectorWaiter {
+    #[inline]
     fn current() -> Self {
         match crate::sched::current_task_ptr() {
             Some(task) => SelectorWaiter::Task(task),
@@ -200,6 +205,7 @@ impl SelectorWaiter {
 type SelectorWaiter = Waiter;
 
 #[cfg(not(loom))]
+#[inline]
 fn wake_by_ref(waiter: &SelectorWaiter) {
     match waiter {
         SelectorWaiter::Task(task) => {
@@ -226,6 +232,7 @@ fn wake_by_ref(waiter: &Waiter) {
 /// Waits out a CLAIMED window: the claimer is running (invariant 1), but its OS thread may
 /// have been preempted, so after a while give the CPU away.
 #[cfg(not(loom))]
+#[cold]
 fn spin(spins: &mut u32) {
     *spins += 1;
     if *spins < 100 {
@@ -290,6 +297,7 @@ struct Handoff {
 }
 
 impl Handoff {
+    #[inline]
     fn finish(self) {
         // SAFETY: invariant 1: the owner of a CLAIMED selector waits (spinning) for this
         // completion, so its frame is alive.
@@ -297,6 +305,7 @@ impl Handoff {
     }
 }
 
+#[inline]
 fn finish(handoff: Option<Handoff>) {
     if let Some(handoff) = handoff {
         handoff.finish();
@@ -722,6 +731,7 @@ fn close_queue<T>(queue: &mut VecDeque<Queued<T>>) -> Vec<Handoff> {
         .collect()
 }
 
+#[inline]
 pub(crate) fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
