@@ -31,7 +31,9 @@
 //!    unwinds (a task cancelled at shutdown) — so a queue never points at a dead frame.
 //! 4. A party publishes its entry under the lock after finding the operation not ready under
 //!    the same lock, and then parks in a loop on its selector's state: a peer that arrives later
-//!    finds the entry, so no wakeup is lost.
+//!    finds the entry, so no wakeup is lost. A peer's wake that comes before the park leaves a
+//!    token that makes the park return at once (park/state.rs, as `std::thread::park`), so
+//!    a single operation parks before its first look at the state.
 //! 5. A `select!` never completes an operation while registering (that would need its own
 //!    selector and a peer's at once, the double claim Go avoids by locking every channel): it
 //!    registers every arm, and if an arm turned ready meanwhile it aborts, unregisters and polls
@@ -55,7 +57,6 @@
 
 use std::cell::UnsafeCell;
 use std::collections::VecDeque;
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::time::{Duration, Instant};
 
@@ -488,6 +489,22 @@ impl<T> State<T> {
     }
 }
 
+/// Takes a single-entry wait out of its queue if its park unwinds (a task cancelled at
+/// shutdown), so the queue never points at a dead frame (invariant 3); forgotten when the wait
+/// ends normally.
+struct AbortOnUnwind<'a, T> {
+    chan: &'a Chan<T>,
+    sel: &'a Selector,
+    side: Side,
+    entry: &'a Entry<T>,
+}
+
+impl<T> Drop for AbortOnUnwind<'_, T> {
+    fn drop(&mut self) {
+        self.chan.abort_one(self.sel, self.side, self.entry);
+    }
+}
+
 /// Which wait queue of a channel.
 #[derive(Clone, Copy)]
 enum Side {
@@ -567,8 +584,10 @@ impl<T> Chan<T> {
         }
     }
 
-    /// Waits for the single entry `entry` of `sel`, queued on `side`; true if selected. Always
-    /// leaves the entry out of the queue, also when the park unwinds (invariant 3).
+    /// Waits for the single entry `entry` of `sel`, queued on `side` under the lock just
+    /// released; true if selected. Always leaves the entry out of the queue, also when the park
+    /// unwinds (invariant 3).
+    #[inline(always)]
     fn wait_one(
         &self,
         sel: &Selector,
@@ -577,22 +596,25 @@ impl<T> Chan<T> {
         wake_at: Option<Instant>,
         park: &mut dyn FnMut(Option<Instant>),
     ) -> bool {
-        let waited = catch_unwind(AssertUnwindSafe(|| loop {
-            if sel.selected().is_some() {
-                return true; // the claimer popped it
-            }
+        let unwinding = AbortOnUnwind {
+            chan: self,
+            sel,
+            side,
+            entry,
+        };
+        // Park before the first look at the state: the entry was queued only now, and a claim
+        // since then has woken us, which makes this park return at once (invariant 4).
+        let selected = loop {
             if wake_at.is_some_and(|d| Instant::now() >= d) {
-                return self.abort_one(sel, side, entry);
+                break self.abort_one(sel, side, entry);
             }
             park(wake_at);
-        }));
-        match waited {
-            Ok(selected) => selected,
-            Err(payload) => {
-                self.abort_one(sel, side, entry);
-                resume_unwind(payload)
+            if sel.selected().is_some() {
+                break true; // the claimer popped it
             }
-        }
+        };
+        std::mem::forget(unwinding);
+        selected
     }
 
     /// Gives up a single-entry wait under the channel lock (invariant 7); true if a claimer
