@@ -594,7 +594,7 @@ impl<T> Chan<T> {
         side: Side,
         entry: &Entry<T>,
         wake_at: Option<Instant>,
-        park: &mut dyn FnMut(Option<Instant>),
+        park: &mut impl FnMut(Option<Instant>),
     ) -> bool {
         let unwinding = AbortOnUnwind {
             chan: self,
@@ -639,7 +639,7 @@ impl<T> Chan<T> {
         &self,
         value: T,
         deadline: Option<Instant>,
-        park: &mut dyn FnMut(Option<Instant>),
+        park: &mut impl FnMut(Option<Instant>),
     ) -> SendOutcome<T> {
         let mut state = self.lock();
         let value = match state.try_send(value) {
@@ -669,7 +669,7 @@ impl<T> Chan<T> {
     pub(crate) fn recv(
         &self,
         deadline: Option<Instant>,
-        park: &mut dyn FnMut(Option<Instant>),
+        park: &mut impl FnMut(Option<Instant>),
     ) -> RecvOutcome<T> {
         loop {
             let mut state = self.lock();
