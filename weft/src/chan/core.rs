@@ -2,8 +2,8 @@
 //! selector that lets one waiting party sit in many queues at once (Go's `hchan`, `sudog` and
 //! `selectDone`).
 //!
-//! Owns: [`Chan`] — its buffer, its two wait queues and its timer, all behind `Chan::state`
-//! (a short, never-parked-in lock); [`Selector`] — the state word and the waiter of one blocked
+//! Owns: [`Chan`] — its buffer, its two wait queues (lists threaded through the entries,
+//! `waitq.rs`) and its timer, all behind `Chan::state` (a short, never-parked-in lock); [`Selector`] — the state word and the waiter of one blocked
 //! operation or `select!`, on the blocked party's stack; [`Entry`] — one arm of a blocked
 //! operation queued in one channel, with the slot a value is handed over in: on the blocked
 //! party's stack for a single operation (no allocation), boxed for a `select!` arm.
@@ -53,7 +53,9 @@
 //! (`src/tests/loom_chan.rs`). A woken party does not retake the lock: the peer hands the value
 //! over through the entry's slot (invariant 1). Why entries on the stack: a park + wake round
 //! trip is the ping-pong benchmark's whole cost, and two allocations and their reference
-//! counts were a third of it; a task's stack never moves, so a pointer to it is stable.
+//! counts were a third of it; a task's stack never moves, so a pointer to it is stable. The
+//! queues link the entries themselves for the same reason: a ring of pointers cost more to push
+//! and pop than the list, and an abort had to search it.
 
 use std::cell::UnsafeCell;
 use std::collections::VecDeque;
@@ -70,8 +72,11 @@ use crate::park::Waiter;
 
 #[path = "arms.rs"]
 mod arms;
+#[path = "waitq.rs"]
+mod waitq;
 pub(crate) use arms::select;
 pub use arms::{RecvArm, SelectArm, Selected, SendArm};
+use waitq::{Links, WaitQueue};
 
 /// Nobody has completed this operation yet; peers may claim it, the owner may abort it.
 const WAITING: usize = 0;
@@ -254,6 +259,8 @@ pub(crate) struct Entry<T> {
     arm: usize,
     /// A send's value until taken; a receive's value once handed over (invariant 1).
     slot: UnsafeCell<Option<T>>,
+    /// Its place in its channel's wait queue, under the channel lock (waitq.rs).
+    links: UnsafeCell<Links<T>>,
 }
 
 impl<T> Entry<T> {
@@ -262,6 +269,7 @@ impl<T> Entry<T> {
             sel,
             arm,
             slot: UnsafeCell::new(value),
+            links: Links::new(),
         }
     }
 
@@ -313,20 +321,6 @@ fn finish(handoff: Option<Handoff>) {
     }
 }
 
-/// A queued entry: a pointer into a blocked party's frame (or box).
-struct Queued<T>(*const Entry<T>);
-
-// SAFETY: a `Queued` is only dereferenced under its channel's lock while the entry is alive
-// (invariant 3); the value it carries moves between threads, hence `T: Send`.
-unsafe impl<T: Send> Send for Queued<T> {}
-
-impl<T> Queued<T> {
-    fn entry(&self) -> &Entry<T> {
-        // SAFETY: invariant 3: an entry stays alive while it is queued, and we hold the lock.
-        unsafe { &*self.0 }
-    }
-}
-
 /// What a timer channel (`time::after`, `time::tick`) produces, and when.
 pub(crate) struct Timer<T> {
     next: Instant,
@@ -337,8 +331,8 @@ pub(crate) struct Timer<T> {
 struct State<T> {
     buf: VecDeque<T>,
     cap: usize,
-    senders: VecDeque<Queued<T>>,
-    receivers: VecDeque<Queued<T>>,
+    senders: WaitQueue<T>,
+    receivers: WaitQueue<T>,
     /// Every sender is gone: receivers drain the buffer, then see the channel closed.
     tx_gone: bool,
     /// Every receiver is gone: sends give their value back.
@@ -386,28 +380,23 @@ pub(crate) enum RecvOutcome<T> {
 ///
 /// The caller never has an entry of its own queued here: a blocking operation polls before it
 /// queues, and a `select!` polls only while none of its arms is registered (invariant 5).
-fn claim_peer<T>(queue: &mut VecDeque<Queued<T>>) -> Option<&Entry<T>> {
-    while let Some(queued) = queue.pop_front() {
-        if queued.entry().sel().claim() {
-            // SAFETY: invariant 1: claimed entries stay alive until their SELECTED store.
-            return Some(unsafe { &*queued.0 });
+fn claim_peer<T>(queue: &mut WaitQueue<T>) -> Option<&Entry<T>> {
+    while let Some(entry) = queue.pop_front() {
+        // SAFETY: invariant 3: a queued entry is alive, and invariant 1: a claimed one stays
+        // alive until its SELECTED store.
+        let entry = unsafe { &*entry };
+        if entry.sel().claim() {
+            return Some(entry);
         }
     }
     None
 }
 
 /// True if `queue` holds an entry of another party that is still waiting.
-fn has_peer<T>(queue: &VecDeque<Queued<T>>, me: *const Selector) -> bool {
-    queue.iter().any(|q| {
-        let entry = q.entry();
-        !ptr::eq(entry.sel, me) && entry.sel().is_waiting()
-    })
-}
-
-fn remove_entry<T>(queue: &mut VecDeque<Queued<T>>, entry: *const Entry<T>) {
-    if let Some(i) = queue.iter().position(|q| ptr::eq(q.0, entry)) {
-        queue.remove(i);
-    }
+fn has_peer<T>(queue: &WaitQueue<T>, me: *const Selector) -> bool {
+    queue
+        .iter()
+        .any(|entry| !ptr::eq(entry.sel, me) && entry.sel().is_waiting())
 }
 
 impl<T> State<T> {
@@ -487,6 +476,17 @@ impl<T> State<T> {
     fn send_ready(&self, me: *const Selector) -> bool {
         self.rx_gone || self.buf.len() < self.cap || has_peer(&self.receivers, me)
     }
+
+    /// Takes the caller's own `entry` out of the `side` queue, if it is still there.
+    fn remove_entry(&mut self, side: Side, entry: *const Entry<T>) {
+        let queue = match side {
+            Side::Senders => &mut self.senders,
+            Side::Receivers => &mut self.receivers,
+        };
+        // SAFETY: the caller's entry is alive, and it is only ever queued on `side` of this
+        // channel.
+        unsafe { queue.remove(entry) };
+    }
 }
 
 /// Takes a single-entry wait out of its queue if its park unwinds (a task cancelled at
@@ -519,8 +519,8 @@ impl<T> Chan<T> {
             state: Mutex::new(State {
                 buf: VecDeque::new(),
                 cap,
-                senders: VecDeque::new(),
-                receivers: VecDeque::new(),
+                senders: WaitQueue::new(),
+                receivers: WaitQueue::new(),
                 tx_gone: false,
                 rx_gone: false,
                 timer: None,
@@ -575,13 +575,9 @@ impl<T> Chan<T> {
         result
     }
 
-    /// Removes `entry` from one of the queues (invariant 3).
+    /// Removes `entry` from one of the queues, if a claimer did not pop it (invariant 3).
     fn unqueue(&self, side: Side, entry: *const Entry<T>) {
-        let mut state = self.lock();
-        match side {
-            Side::Senders => remove_entry(&mut state.senders, entry),
-            Side::Receivers => remove_entry(&mut state.receivers, entry),
-        }
+        self.lock().remove_entry(side, entry);
     }
 
     /// Waits for the single entry `entry` of `sel`, queued on `side` under the lock just
@@ -623,10 +619,7 @@ impl<T> Chan<T> {
         let mut state = self.lock();
         if sel.state.load(Ordering::Relaxed) == WAITING {
             sel.state.store(ABORTED, Ordering::Relaxed);
-            match side {
-                Side::Senders => remove_entry(&mut state.senders, entry),
-                Side::Receivers => remove_entry(&mut state.receivers, entry),
-            }
+            state.remove_entry(side, entry);
             return false;
         }
         drop(state);
@@ -654,7 +647,9 @@ impl<T> Chan<T> {
         // Invariant 4: queued under the lock that saw the channel full.
         let sel = Selector::new_single();
         let entry = Entry::new(&sel, 0, Some(value));
-        state.senders.push_back(Queued(&entry));
+        // SAFETY: a fresh entry; `wait_one` keeps it alive until it left the queue, also on
+        // unwind (invariant 3).
+        unsafe { state.senders.push_back(&entry) };
         drop(state);
         let selected = self.wait_one(&sel, Side::Senders, &entry, deadline, park);
         // SAFETY: invariant 1: selected (seen with Acquire in `wait`) or aborted and dequeued.
@@ -684,7 +679,8 @@ impl<T> Chan<T> {
             }
             let sel = Selector::new_single();
             let entry = Entry::new(&sel, 0, None);
-            state.receivers.push_back(Queued(&entry));
+            // SAFETY: as in `send`.
+            unsafe { state.receivers.push_back(&entry) };
             // A timer channel is its own waker: wake up at its next tick.
             let wake_at = earliest(deadline, state.timer.as_ref().map(|t| t.next));
             drop(state);
@@ -723,14 +719,16 @@ impl<T> Chan<T> {
     /// `select!`: queues a receive arm's entry; true if the channel turned ready (invariant 5).
     fn register_recv(&self, entry: *const Entry<T>, sel: &Selector) -> bool {
         let mut state = self.lock();
-        state.receivers.push_back(Queued(entry));
+        // SAFETY: a fresh box, freed only after `unqueue` (arms.rs; invariant 3).
+        unsafe { state.receivers.push_back(entry) };
         state.recv_ready(sel)
     }
 
     /// `select!`: queues a send arm's entry; true if the channel turned ready.
     fn register_send(&self, entry: *const Entry<T>, sel: &Selector) -> bool {
         let mut state = self.lock();
-        state.senders.push_back(Queued(entry));
+        // SAFETY: as in `register_recv`.
+        unsafe { state.senders.push_back(entry) };
         state.send_ready(sel)
     }
 
@@ -743,11 +741,11 @@ impl<T> Chan<T> {
 /// Claims every waiting entry of a queue being closed; the caller finishes the handoffs after
 /// unlocking. The slots are left as they are: a receiver finds none (closed), a sender its
 /// value.
-fn close_queue<T>(queue: &mut VecDeque<Queued<T>>) -> Vec<Handoff> {
-    queue
-        .drain(..)
-        .filter_map(|queued| {
-            let entry = queued.entry();
+fn close_queue<T>(queue: &mut WaitQueue<T>) -> Vec<Handoff> {
+    std::iter::from_fn(|| queue.pop_front())
+        .filter_map(|entry| {
+            // SAFETY: invariant 3: a queued entry is alive while we hold the lock.
+            let entry = unsafe { &*entry };
             entry.sel().claim().then(|| entry.handoff())
         })
         .collect()
