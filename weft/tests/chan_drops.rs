@@ -235,3 +235,43 @@ fn destructors_run_for_values_left_in_channel() {
     drop(tx);
     assert_eq!(drops.load(Ordering::SeqCst), 6);
 }
+
+#[test]
+fn a_task_cancelled_while_blocked_leaves_no_entry_behind() {
+    // Tasks blocked in send and recv on channels that outlive the runtime: shutdown unwinds
+    // them through their wait, which must take their entries out of the queues (the entries
+    // live in the unwound frames) and drop the value the sender held.
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (tx, rx) = bounded::<Token>(0);
+    let (idle_tx, idle_rx) = bounded::<Token>(0);
+    let rt = weft::Runtime::builder().workers(2).build().unwrap();
+    let sending = {
+        let (tx, drops) = (tx.clone(), drops.clone());
+        rt.spawn(move || {
+            let _ = tx.send(Token { id: 1, drops });
+        })
+    };
+    let receiving = {
+        let idle_rx = idle_rx.clone();
+        rt.spawn(move || {
+            let _ = idle_rx.recv();
+        })
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    drop(rt);
+    assert!(sending.join().is_err() && receiving.join().is_err());
+    assert_eq!(
+        drops.load(Ordering::SeqCst),
+        1,
+        "the blocked send's value is dropped"
+    );
+    // Nothing is queued any more: these would otherwise reach into the unwound frames.
+    assert!(rx.try_recv().is_err());
+    let token = Token {
+        id: 2,
+        drops: drops.clone(),
+    };
+    assert!(idle_tx.try_send(token).is_err());
+    assert_eq!(drops.load(Ordering::SeqCst), 2);
+    drop((tx, idle_rx));
+}

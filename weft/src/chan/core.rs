@@ -2,8 +2,8 @@
 //! selector that lets one waiting party sit in many queues at once (Go's `hchan`, `sudog` and
 //! `selectDone`).
 //!
-//! Owns: [`Chan`] — its buffer, its two wait queues and its timer, all behind `Chan::state`
-//! (a short, never-parked-in lock); [`Selector`] — the state word and the waiter of one blocked
+//! Owns: [`Chan`] — its buffer, its two wait queues (lists threaded through the entries,
+//! `waitq.rs`) and its timer, all behind `Chan::state` (a short, never-parked-in lock); [`Selector`] — the state word and the waiter of one blocked
 //! operation or `select!`, on the blocked party's stack; [`Entry`] — one arm of a blocked
 //! operation queued in one channel, with the slot a value is handed over in: on the blocked
 //! party's stack for a single operation (no allocation), boxed for a `select!` arm.
@@ -31,7 +31,9 @@
 //!    unwinds (a task cancelled at shutdown) — so a queue never points at a dead frame.
 //! 4. A party publishes its entry under the lock after finding the operation not ready under
 //!    the same lock, and then parks in a loop on its selector's state: a peer that arrives later
-//!    finds the entry, so no wakeup is lost.
+//!    finds the entry, so no wakeup is lost. A peer's wake that comes before the park leaves a
+//!    token that makes the park return at once (park/state.rs, as `std::thread::park`), so
+//!    a single operation parks before its first look at the state.
 //! 5. A `select!` never completes an operation while registering (that would need its own
 //!    selector and a peer's at once, the double claim Go avoids by locking every channel): it
 //!    registers every arm, and if an arm turned ready meanwhile it aborts, unregisters and polls
@@ -51,11 +53,12 @@
 //! (`src/tests/loom_chan.rs`). A woken party does not retake the lock: the peer hands the value
 //! over through the entry's slot (invariant 1). Why entries on the stack: a park + wake round
 //! trip is the ping-pong benchmark's whole cost, and two allocations and their reference
-//! counts were a third of it; a task's stack never moves, so a pointer to it is stable.
+//! counts were a third of it; a task's stack never moves, so a pointer to it is stable. The
+//! queues link the entries themselves for the same reason: a ring of pointers cost more to push
+//! and pop than the list, and an abort had to search it.
 
 use std::cell::UnsafeCell;
 use std::collections::VecDeque;
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::time::{Duration, Instant};
 
@@ -69,8 +72,11 @@ use crate::park::Waiter;
 
 #[path = "arms.rs"]
 mod arms;
+#[path = "waitq.rs"]
+mod waitq;
 pub(crate) use arms::select;
 pub use arms::{RecvArm, SelectArm, Selected, SendArm};
+use waitq::{Links, WaitQueue};
 
 /// Nobody has completed this operation yet; peers may claim it, the owner may abort it.
 const WAITING: usize = 0;
@@ -104,6 +110,7 @@ impl Selector {
     }
 
     /// A selector for one blocking operation on one channel (invariant 7).
+    #[inline]
     fn new_single() -> Selector {
         Selector {
             single: true,
@@ -113,6 +120,7 @@ impl Selector {
     }
 
     /// A peer, under the channel lock: takes the right to complete this selector (invariant 2).
+    #[inline]
     fn claim(&self) -> bool {
         if self.single {
             // Invariant 7: the claimer and the owner's abort both hold the channel lock.
@@ -132,6 +140,7 @@ impl Selector {
     /// The claimer, after filling the slot and unlocking the channel: wakes the owner, then
     /// marks arm `arm` completed. The store is the claimer's last touch of the selector
     /// (invariant 1).
+    #[inline]
     fn complete(&self, arm: usize) {
         wake_by_ref(&self.waiter);
         // Release: publishes the claimer's slot write; pairs with the Acquire in `selected`
@@ -145,6 +154,7 @@ impl Selector {
 
     /// The owner: `Some(arm)` if arm `arm` completed; `None` if still waiting. Spins through
     /// the short CLAIMED window (invariant 1).
+    #[inline]
     pub(crate) fn selected(&self) -> Option<usize> {
         let mut spins = 0;
         loop {
@@ -188,6 +198,7 @@ enum SelectorWaiter {
 
 #[cfg(not(loom))]
 impl SelectorWaiter {
+    #[inline]
     fn current() -> Self {
         match crate::sched::current_task_ptr() {
             Some(task) => SelectorWaiter::Task(task),
@@ -200,6 +211,7 @@ impl SelectorWaiter {
 type SelectorWaiter = Waiter;
 
 #[cfg(not(loom))]
+#[inline]
 fn wake_by_ref(waiter: &SelectorWaiter) {
     match waiter {
         SelectorWaiter::Task(task) => {
@@ -226,6 +238,7 @@ fn wake_by_ref(waiter: &Waiter) {
 /// Waits out a CLAIMED window: the claimer is running (invariant 1), but its OS thread may
 /// have been preempted, so after a while give the CPU away.
 #[cfg(not(loom))]
+#[cold]
 fn spin(spins: &mut u32) {
     *spins += 1;
     if *spins < 100 {
@@ -246,6 +259,8 @@ pub(crate) struct Entry<T> {
     arm: usize,
     /// A send's value until taken; a receive's value once handed over (invariant 1).
     slot: UnsafeCell<Option<T>>,
+    /// Its place in its channel's wait queue, under the channel lock (waitq.rs).
+    links: UnsafeCell<Links<T>>,
 }
 
 impl<T> Entry<T> {
@@ -254,6 +269,7 @@ impl<T> Entry<T> {
             sel,
             arm,
             slot: UnsafeCell::new(value),
+            links: Links::new(),
         }
     }
 
@@ -290,6 +306,7 @@ struct Handoff {
 }
 
 impl Handoff {
+    #[inline]
     fn finish(self) {
         // SAFETY: invariant 1: the owner of a CLAIMED selector waits (spinning) for this
         // completion, so its frame is alive.
@@ -297,23 +314,10 @@ impl Handoff {
     }
 }
 
+#[inline]
 fn finish(handoff: Option<Handoff>) {
     if let Some(handoff) = handoff {
         handoff.finish();
-    }
-}
-
-/// A queued entry: a pointer into a blocked party's frame (or box).
-struct Queued<T>(*const Entry<T>);
-
-// SAFETY: a `Queued` is only dereferenced under its channel's lock while the entry is alive
-// (invariant 3); the value it carries moves between threads, hence `T: Send`.
-unsafe impl<T: Send> Send for Queued<T> {}
-
-impl<T> Queued<T> {
-    fn entry(&self) -> &Entry<T> {
-        // SAFETY: invariant 3: an entry stays alive while it is queued, and we hold the lock.
-        unsafe { &*self.0 }
     }
 }
 
@@ -327,8 +331,8 @@ pub(crate) struct Timer<T> {
 struct State<T> {
     buf: VecDeque<T>,
     cap: usize,
-    senders: VecDeque<Queued<T>>,
-    receivers: VecDeque<Queued<T>>,
+    senders: WaitQueue<T>,
+    receivers: WaitQueue<T>,
     /// Every sender is gone: receivers drain the buffer, then see the channel closed.
     tx_gone: bool,
     /// Every receiver is gone: sends give their value back.
@@ -371,47 +375,36 @@ pub(crate) enum RecvOutcome<T> {
     Timeout,
 }
 
-/// Pops the first entry of `queue` that can be claimed, skipping `me`'s own entries and
-/// dropping stale ones (invariant 3). The returned entry is CLAIMED: fill its slot, then
-/// finish its handoff after unlocking.
-fn claim_peer<T>(queue: &mut VecDeque<Queued<T>>, me: *const Selector) -> Option<&Entry<T>> {
-    let mut i = 0;
-    while i < queue.len() {
-        let entry = queue[i].entry();
-        if ptr::eq(entry.sel, me) {
-            i += 1;
-            continue;
-        }
-        let claimed = entry.sel().claim();
-        let queued = queue.remove(i).expect("index is in bounds");
-        if claimed {
-            // SAFETY: invariant 1: claimed entries stay alive until their SELECTED store.
-            return Some(unsafe { &*queued.0 });
+/// Pops the first entry of `queue` that can be claimed, dropping stale ones (invariant 3). The
+/// returned entry is CLAIMED: fill its slot, then finish its handoff after unlocking.
+///
+/// The caller never has an entry of its own queued here: a blocking operation polls before it
+/// queues, and a `select!` polls only while none of its arms is registered (invariant 5).
+fn claim_peer<T>(queue: &mut WaitQueue<T>) -> Option<&Entry<T>> {
+    while let Some(entry) = queue.pop_front() {
+        // SAFETY: invariant 3: a queued entry is alive, and invariant 1: a claimed one stays
+        // alive until its SELECTED store.
+        let entry = unsafe { &*entry };
+        if entry.sel().claim() {
+            return Some(entry);
         }
     }
     None
 }
 
 /// True if `queue` holds an entry of another party that is still waiting.
-fn has_peer<T>(queue: &VecDeque<Queued<T>>, me: *const Selector) -> bool {
-    queue.iter().any(|q| {
-        let entry = q.entry();
-        !ptr::eq(entry.sel, me) && entry.sel().is_waiting()
-    })
-}
-
-fn remove_entry<T>(queue: &mut VecDeque<Queued<T>>, entry: *const Entry<T>) {
-    if let Some(i) = queue.iter().position(|q| ptr::eq(q.0, entry)) {
-        queue.remove(i);
-    }
+fn has_peer<T>(queue: &WaitQueue<T>, me: *const Selector) -> bool {
+    queue
+        .iter()
+        .any(|entry| !ptr::eq(entry.sel, me) && entry.sel().is_waiting())
 }
 
 impl<T> State<T> {
-    fn try_send(&mut self, value: T, me: *const Selector) -> (TrySend<T>, Option<Handoff>) {
+    fn try_send(&mut self, value: T) -> (TrySend<T>, Option<Handoff>) {
         if self.rx_gone {
             return (TrySend::Disconnected(value), None);
         }
-        if let Some(peer) = claim_peer(&mut self.receivers, me) {
+        if let Some(peer) = claim_peer(&mut self.receivers) {
             // SAFETY: invariant 1: we claimed `peer`, so its slot is ours until the handoff.
             unsafe { *peer.slot.get() = Some(value) };
             return (TrySend::Sent, Some(peer.handoff()));
@@ -423,10 +416,10 @@ impl<T> State<T> {
         (TrySend::Full(value), None)
     }
 
-    fn try_recv(&mut self, me: *const Selector) -> (TryRecv<T>, Option<Handoff>) {
+    fn try_recv(&mut self) -> (TryRecv<T>, Option<Handoff>) {
         if let Some(value) = self.buf.pop_front() {
             // A slot freed up: move one blocked sender's value into the buffer (Go does too).
-            let handoff = claim_peer(&mut self.senders, me).map(|peer| {
+            let handoff = claim_peer(&mut self.senders).map(|peer| {
                 // SAFETY: invariant 1: claimed, so the slot is ours until the handoff.
                 let moved = unsafe { (*peer.slot.get()).take() };
                 self.buf.extend(moved);
@@ -434,7 +427,7 @@ impl<T> State<T> {
             });
             return (TryRecv::Got(value), handoff);
         }
-        if let Some(peer) = claim_peer(&mut self.senders, me) {
+        if let Some(peer) = claim_peer(&mut self.senders) {
             // SAFETY: invariant 1: claimed, so the slot is ours until the handoff.
             let value = unsafe { (*peer.slot.get()).take() };
             let value = value.expect("weft: a blocked sender's entry held no value");
@@ -483,6 +476,33 @@ impl<T> State<T> {
     fn send_ready(&self, me: *const Selector) -> bool {
         self.rx_gone || self.buf.len() < self.cap || has_peer(&self.receivers, me)
     }
+
+    /// Takes the caller's own `entry` out of the `side` queue, if it is still there.
+    fn remove_entry(&mut self, side: Side, entry: *const Entry<T>) {
+        let queue = match side {
+            Side::Senders => &mut self.senders,
+            Side::Receivers => &mut self.receivers,
+        };
+        // SAFETY: the caller's entry is alive, and it is only ever queued on `side` of this
+        // channel.
+        unsafe { queue.remove(entry) };
+    }
+}
+
+/// Takes a single-entry wait out of its queue if its park unwinds (a task cancelled at
+/// shutdown), so the queue never points at a dead frame (invariant 3); forgotten when the wait
+/// ends normally.
+struct AbortOnUnwind<'a, T> {
+    chan: &'a Chan<T>,
+    sel: &'a Selector,
+    side: Side,
+    entry: &'a Entry<T>,
+}
+
+impl<T> Drop for AbortOnUnwind<'_, T> {
+    fn drop(&mut self) {
+        self.chan.abort_one(self.sel, self.side, self.entry);
+    }
 }
 
 /// Which wait queue of a channel.
@@ -499,8 +519,8 @@ impl<T> Chan<T> {
             state: Mutex::new(State {
                 buf: VecDeque::new(),
                 cap,
-                senders: VecDeque::new(),
-                receivers: VecDeque::new(),
+                senders: WaitQueue::new(),
+                receivers: WaitQueue::new(),
                 tx_gone: false,
                 rx_gone: false,
                 timer: None,
@@ -544,52 +564,53 @@ impl<T> Chan<T> {
     }
 
     pub(crate) fn try_send(&self, value: T) -> TrySend<T> {
-        let (result, handoff) = self.lock().try_send(value, ptr::null());
+        let (result, handoff) = self.lock().try_send(value);
         finish(handoff);
         result
     }
 
     pub(crate) fn try_recv(&self) -> TryRecv<T> {
-        let (result, handoff) = self.lock().try_recv(ptr::null());
+        let (result, handoff) = self.lock().try_recv();
         finish(handoff);
         result
     }
 
-    /// Removes `entry` from one of the queues (invariant 3).
+    /// Removes `entry` from one of the queues, if a claimer did not pop it (invariant 3).
     fn unqueue(&self, side: Side, entry: *const Entry<T>) {
-        let mut state = self.lock();
-        match side {
-            Side::Senders => remove_entry(&mut state.senders, entry),
-            Side::Receivers => remove_entry(&mut state.receivers, entry),
-        }
+        self.lock().remove_entry(side, entry);
     }
 
-    /// Waits for the single entry `entry` of `sel`, queued on `side`; true if selected. Always
-    /// leaves the entry out of the queue, also when the park unwinds (invariant 3).
+    /// Waits for the single entry `entry` of `sel`, queued on `side` under the lock just
+    /// released; true if selected. Always leaves the entry out of the queue, also when the park
+    /// unwinds (invariant 3).
+    #[inline(always)]
     fn wait_one(
         &self,
         sel: &Selector,
         side: Side,
         entry: &Entry<T>,
         wake_at: Option<Instant>,
-        park: &mut dyn FnMut(Option<Instant>),
+        park: &mut impl FnMut(Option<Instant>),
     ) -> bool {
-        let waited = catch_unwind(AssertUnwindSafe(|| loop {
-            if sel.selected().is_some() {
-                return true; // the claimer popped it
-            }
+        let unwinding = AbortOnUnwind {
+            chan: self,
+            sel,
+            side,
+            entry,
+        };
+        // Park before the first look at the state: the entry was queued only now, and a claim
+        // since then has woken us, which makes this park return at once (invariant 4).
+        let selected = loop {
             if wake_at.is_some_and(|d| Instant::now() >= d) {
-                return self.abort_one(sel, side, entry);
+                break self.abort_one(sel, side, entry);
             }
             park(wake_at);
-        }));
-        match waited {
-            Ok(selected) => selected,
-            Err(payload) => {
-                self.abort_one(sel, side, entry);
-                resume_unwind(payload)
+            if sel.selected().is_some() {
+                break true; // the claimer popped it
             }
-        }
+        };
+        std::mem::forget(unwinding);
+        selected
     }
 
     /// Gives up a single-entry wait under the channel lock (invariant 7); true if a claimer
@@ -598,10 +619,7 @@ impl<T> Chan<T> {
         let mut state = self.lock();
         if sel.state.load(Ordering::Relaxed) == WAITING {
             sel.state.store(ABORTED, Ordering::Relaxed);
-            match side {
-                Side::Senders => remove_entry(&mut state.senders, entry),
-                Side::Receivers => remove_entry(&mut state.receivers, entry),
-            }
+            state.remove_entry(side, entry);
             return false;
         }
         drop(state);
@@ -614,10 +632,10 @@ impl<T> Chan<T> {
         &self,
         value: T,
         deadline: Option<Instant>,
-        park: &mut dyn FnMut(Option<Instant>),
+        park: &mut impl FnMut(Option<Instant>),
     ) -> SendOutcome<T> {
         let mut state = self.lock();
-        let value = match state.try_send(value, ptr::null()) {
+        let value = match state.try_send(value) {
             (TrySend::Sent, handoff) => {
                 drop(state);
                 finish(handoff);
@@ -629,7 +647,9 @@ impl<T> Chan<T> {
         // Invariant 4: queued under the lock that saw the channel full.
         let sel = Selector::new_single();
         let entry = Entry::new(&sel, 0, Some(value));
-        state.senders.push_back(Queued(&entry));
+        // SAFETY: a fresh entry; `wait_one` keeps it alive until it left the queue, also on
+        // unwind (invariant 3).
+        unsafe { state.senders.push_back(&entry) };
         drop(state);
         let selected = self.wait_one(&sel, Side::Senders, &entry, deadline, park);
         // SAFETY: invariant 1: selected (seen with Acquire in `wait`) or aborted and dequeued.
@@ -644,11 +664,11 @@ impl<T> Chan<T> {
     pub(crate) fn recv(
         &self,
         deadline: Option<Instant>,
-        park: &mut dyn FnMut(Option<Instant>),
+        park: &mut impl FnMut(Option<Instant>),
     ) -> RecvOutcome<T> {
         loop {
             let mut state = self.lock();
-            match state.try_recv(ptr::null()) {
+            match state.try_recv() {
                 (TryRecv::Got(value), handoff) => {
                     drop(state);
                     finish(handoff);
@@ -659,7 +679,8 @@ impl<T> Chan<T> {
             }
             let sel = Selector::new_single();
             let entry = Entry::new(&sel, 0, None);
-            state.receivers.push_back(Queued(&entry));
+            // SAFETY: as in `send`.
+            unsafe { state.receivers.push_back(&entry) };
             // A timer channel is its own waker: wake up at its next tick.
             let wake_at = earliest(deadline, state.timer.as_ref().map(|t| t.next));
             drop(state);
@@ -698,14 +719,16 @@ impl<T> Chan<T> {
     /// `select!`: queues a receive arm's entry; true if the channel turned ready (invariant 5).
     fn register_recv(&self, entry: *const Entry<T>, sel: &Selector) -> bool {
         let mut state = self.lock();
-        state.receivers.push_back(Queued(entry));
+        // SAFETY: a fresh box, freed only after `unqueue` (arms.rs; invariant 3).
+        unsafe { state.receivers.push_back(entry) };
         state.recv_ready(sel)
     }
 
     /// `select!`: queues a send arm's entry; true if the channel turned ready.
     fn register_send(&self, entry: *const Entry<T>, sel: &Selector) -> bool {
         let mut state = self.lock();
-        state.senders.push_back(Queued(entry));
+        // SAFETY: as in `register_recv`.
+        unsafe { state.senders.push_back(entry) };
         state.send_ready(sel)
     }
 
@@ -718,16 +741,17 @@ impl<T> Chan<T> {
 /// Claims every waiting entry of a queue being closed; the caller finishes the handoffs after
 /// unlocking. The slots are left as they are: a receiver finds none (closed), a sender its
 /// value.
-fn close_queue<T>(queue: &mut VecDeque<Queued<T>>) -> Vec<Handoff> {
-    queue
-        .drain(..)
-        .filter_map(|queued| {
-            let entry = queued.entry();
+fn close_queue<T>(queue: &mut WaitQueue<T>) -> Vec<Handoff> {
+    std::iter::from_fn(|| queue.pop_front())
+        .filter_map(|entry| {
+            // SAFETY: invariant 3: a queued entry is alive while we hold the lock.
+            let entry = unsafe { &*entry };
             entry.sel().claim().then(|| entry.handoff())
         })
         .collect()
 }
 
+#[inline]
 pub(crate) fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),

@@ -73,6 +73,7 @@ pub(crate) fn timer_receiver<T>(
 }
 
 /// Parks the caller (task or thread) until woken or `deadline`.
+#[inline]
 fn park(deadline: Option<Instant>) {
     match deadline {
         Some(deadline) => crate::park::park_current_until(deadline),

@@ -1,0 +1,145 @@
+//! A channel's wait queue: an intrusive doubly linked list threaded through the entries
+//! themselves (Go's `waitq` of `sudog`s), so queueing allocates nothing and taking an entry out
+//! of the middle (an abort, a `select!` unregistering) costs no search.
+//!
+//! Owns: the head and tail of one queue, and the [`Links`] inside every entry queued in it.
+//!
+//! Invariants (core.rs invariant 3 is the rest):
+//! 1. An entry's links are read and written only through its queue, and a queue only under its
+//!    channel's lock (it lives in the locked state): `&mut WaitQueue` means the lock is held.
+//! 2. An entry is in at most one queue, once; `queued` says whether it is, so removing an entry
+//!    that a claimer already popped is a no-op.
+//! 3. A queued entry is alive: its owner removes it (or sees it popped) before its frame or box
+//!    goes away (core.rs invariant 3).
+//!
+//! May call: nothing. Called by: `chan::core`.
+
+use std::cell::UnsafeCell;
+use std::ptr;
+
+use super::Entry;
+
+/// An entry's place in its queue (invariant 1).
+pub(super) struct Links<T> {
+    prev: *const Entry<T>,
+    next: *const Entry<T>,
+    queued: bool,
+}
+
+impl<T> Links<T> {
+    /// The links of an entry in no queue.
+    pub(super) fn new() -> UnsafeCell<Links<T>> {
+        UnsafeCell::new(Links {
+            prev: ptr::null(),
+            next: ptr::null(),
+            queued: false,
+        })
+    }
+}
+
+/// One wait queue of a channel: senders or receivers, oldest first.
+pub(super) struct WaitQueue<T> {
+    head: *const Entry<T>,
+    tail: *const Entry<T>,
+}
+
+// SAFETY: the queue is only used under its channel's lock (invariant 1) and reaches only live
+// entries (invariant 3); the values they carry move between threads, hence `T: Send`.
+unsafe impl<T: Send> Send for WaitQueue<T> {}
+
+/// The links of a queued entry.
+///
+/// # Safety
+/// `entry` is alive (invariant 3) and the caller holds its channel's lock: no other access to
+/// the links exists (invariant 1).
+unsafe fn links_of<'a, T>(entry: *const Entry<T>) -> &'a mut Links<T> {
+    // SAFETY: the caller's contract.
+    unsafe { &mut *(*entry).links.get() }
+}
+
+impl<T> WaitQueue<T> {
+    pub(super) const fn new() -> Self {
+        WaitQueue {
+            head: ptr::null(),
+            tail: ptr::null(),
+        }
+    }
+
+    /// Appends `entry`.
+    ///
+    /// # Safety
+    /// `entry` is in no queue, and stays alive until it leaves this one (invariant 3).
+    pub(super) unsafe fn push_back(&mut self, entry: *const Entry<T>) {
+        // SAFETY: alive (the caller's contract), and `&mut self` holds the lock (invariant 1).
+        let links = unsafe { links_of(entry) };
+        debug_assert!(!links.queued, "weft: an entry queued twice");
+        links.prev = self.tail;
+        links.next = ptr::null();
+        links.queued = true;
+        if self.tail.is_null() {
+            self.head = entry;
+        } else {
+            // SAFETY: the tail is queued, so alive (invariant 3); we hold the lock.
+            unsafe { links_of(self.tail) }.next = entry;
+        }
+        self.tail = entry;
+    }
+
+    /// Takes the oldest entry out.
+    pub(super) fn pop_front(&mut self) -> Option<*const Entry<T>> {
+        let entry = self.head;
+        if entry.is_null() {
+            return None;
+        }
+        // SAFETY: queued, so alive (invariant 3); `&mut self` holds the lock (invariant 1).
+        let links = unsafe { links_of(entry) };
+        self.head = links.next;
+        if self.head.is_null() {
+            self.tail = ptr::null();
+        } else {
+            // SAFETY: as above, for the next entry.
+            unsafe { links_of(self.head) }.prev = ptr::null();
+        }
+        links.queued = false;
+        Some(entry)
+    }
+
+    /// Takes `entry` out if it is still queued here (invariant 2).
+    ///
+    /// # Safety
+    /// `entry` is alive, and if it is queued, it is queued in this queue.
+    pub(super) unsafe fn remove(&mut self, entry: *const Entry<T>) {
+        // SAFETY: alive (the caller's contract), and we hold the lock.
+        let links = unsafe { links_of(entry) };
+        if !links.queued {
+            return;
+        }
+        let (prev, next) = (links.prev, links.next);
+        links.queued = false;
+        if prev.is_null() {
+            self.head = next;
+        } else {
+            // SAFETY: a neighbour in the queue is queued, so alive (invariant 3).
+            unsafe { links_of(prev) }.next = next;
+        }
+        if next.is_null() {
+            self.tail = prev;
+        } else {
+            // SAFETY: as above.
+            unsafe { links_of(next) }.prev = prev;
+        }
+    }
+
+    /// The queued entries, oldest first.
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Entry<T>> + '_ {
+        let mut at = self.head;
+        std::iter::from_fn(move || {
+            // SAFETY: queued entries are alive (invariant 3), and `&self` borrows the locked
+            // state, so no link changes meanwhile (invariant 1).
+            let entry = unsafe { at.as_ref() }?;
+            // SAFETY: as above; a shared read of the links.
+            at = unsafe { &*entry.links.get() }.next;
+            Some(entry)
+        })
+    }
+}
