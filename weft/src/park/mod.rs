@@ -50,6 +50,7 @@ impl Waiter {
 
 /// Parks the caller: the current task, or else the current thread (invariant 2).
 #[cfg(not(loom))]
+#[inline]
 pub(crate) fn park_current() {
     if !crate::sched::park_current_task() {
         std::thread::park();

@@ -45,6 +45,7 @@ impl ParkState {
     }
 
     /// The task, before switching out: consumes a pending token; true if there was one.
+    #[inline]
     pub(crate) fn take_token(&self) -> bool {
         // A plain load first: a park with no token pending (the common case) then costs no
         // locked instruction. Missing a token that arrives right after is fine: the task
@@ -62,6 +63,7 @@ impl ParkState {
     /// The worker, after the task switched out to park: true if the task is now parked (a
     /// later `unpark` will schedule it); false if a token arrived meanwhile, in which case the
     /// worker must requeue the task (invariant 2).
+    #[inline]
     pub(crate) fn publish_parked(&self) -> bool {
         // Release: pairs with the Acquire in `unpark`, so the waker that schedules the task
         // sees everything the worker did with it (its home, its queue links) before parking.
@@ -71,6 +73,7 @@ impl ParkState {
     }
 
     /// The task, back from the switch: consumes the token that woke (or kept) it.
+    #[inline]
     pub(crate) fn resumed(&self) {
         // Acquire: pairs with the unparker's AcqRel swap (invariant 1).
         self.0.swap(RUNNING, Ordering::Acquire);
@@ -79,6 +82,7 @@ impl ParkState {
     /// Any thread: delivers a token; true if the task was parked and the caller must now
     /// schedule it (invariant 3).
     #[must_use]
+    #[inline]
     pub(crate) fn unpark(&self) -> bool {
         // AcqRel: Release publishes the unparker's writes to the task (pairs with `take_token`
         // and `resumed`); Acquire pairs with `publish_parked`.

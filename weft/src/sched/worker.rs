@@ -52,6 +52,7 @@ thread_local! {
 }
 
 /// The worker of the current thread, if it is one.
+#[inline]
 fn current_worker<'a>() -> Option<&'a Worker> {
     let worker = WORKER.with(Cell::get);
     // SAFETY: `WORKER` is set by `Worker::run` to a worker that lives on this thread's stack
@@ -60,6 +61,7 @@ fn current_worker<'a>() -> Option<&'a Worker> {
 }
 
 /// The header of the task running on this thread, if any.
+#[inline]
 fn current_header<'a>() -> Option<&'a Header> {
     let cell = current_worker()?.current.get()?;
     // SAFETY: `current` points at the cell of the task being resumed, which the worker keeps
@@ -71,6 +73,7 @@ fn current_header<'a>() -> Option<&'a Header> {
 /// The running task, as a pointer, without touching its reference count: for waiters that
 /// only need it while the task is blocked (its worker's live list keeps it alive then,
 /// task/mod.rs invariant 3). Turn it back into a `Task` with `Task::clone_from_ptr`.
+#[inline]
 pub(crate) fn current_task_ptr() -> Option<*const dyn TaskCell> {
     current_worker()?.current.get()
 }
@@ -82,6 +85,7 @@ pub(crate) fn current_task() -> Option<Task> {
 }
 
 /// Switches from the running task back to its worker; false if not in a task.
+#[inline]
 pub(crate) fn suspend_current(reason: Suspend) -> bool {
     let Some(header) = current_header() else {
         return false;
@@ -93,6 +97,7 @@ pub(crate) fn suspend_current(reason: Suspend) -> bool {
 }
 
 /// Parks the running task (park/state.rs); false if not in a task.
+#[inline]
 pub(crate) fn park_current_task() -> bool {
     let Some(header) = current_header() else {
         return false;
@@ -136,6 +141,7 @@ pub(crate) fn park_current_task_until(deadline: Instant) -> bool {
 }
 
 /// A task cancelled by shutdown unwinds at its park (unless it is already unwinding).
+#[inline]
 fn unwind_if_cancelled(header: &Header) {
     if header.cancelling.get() && !std::thread::panicking() {
         std::panic::resume_unwind(Box::new(Cancelled));
@@ -143,6 +149,7 @@ fn unwind_if_cancelled(header: &Header) {
 }
 
 /// Queues a woken task on its home worker (sched/mod.rs invariant 1).
+#[inline]
 pub(crate) fn schedule_woken(task: Task) {
     let home = task
         .header()
@@ -353,6 +360,7 @@ impl Worker {
     /// then a receive), and the woken one then runs at once without a trip through the ready
     /// queue — a rendezvous ping-pong's every half trip. Whatever held `run_next` goes to the
     /// back of the ready queue.
+    #[inline]
     fn push_ready_from(&self, task: Task) {
         if self.current.get().is_some() {
             if let Some(previous) = self.run_next.replace(Some(task)) {
@@ -371,6 +379,9 @@ impl Worker {
         has || !self.ready.borrow().is_empty()
     }
 
+    /// The next task to run. The `run_next` case is kept small enough to inline into the
+    /// loop; the rest is `next_task_from_queues`.
+    #[inline(always)]
     fn next_task(&self) -> Option<Task> {
         let tick = self.tick.get().wrapping_add(1);
         self.tick.set(tick);
@@ -383,6 +394,11 @@ impl Worker {
             }
             self.ready.borrow_mut().push_back(task);
         }
+        self.next_task_from_queues(tick)
+    }
+
+    #[inline(never)]
+    fn next_task_from_queues(&self, tick: u32) -> Option<Task> {
         if tick % INJECTOR_INTERVAL == 0 {
             self.fire_timers();
             self.poll_io();

@@ -197,6 +197,7 @@ impl Task {
     }
 
     /// The task's header.
+    #[inline]
     pub(crate) fn header(&self) -> &Header {
         // SAFETY: every `TaskCell` is a `cell::Cell`, which is `repr(C)` with its header first
         // (cell.rs), so the cell's address is the header's; the reference lives as long as
@@ -209,6 +210,7 @@ impl Task {
     }
 
     /// The raw cell pointer, for a worker's "current task" (it keeps the task alive meanwhile).
+    #[inline]
     pub(crate) fn as_ptr(&self) -> *const dyn TaskCell {
         Arc::as_ptr(&self.cell)
     }
@@ -268,6 +270,7 @@ impl Task {
     /// # Safety
     /// Only the unpark that saw PARKED (`ParkState::unpark` returned true) may call this, once,
     /// with a pointer to that task.
+    #[inline]
     pub(crate) unsafe fn from_parked(ptr: *const dyn TaskCell) -> Task {
         // SAFETY: the caller's contract: the reference was forgotten by `into_parked`.
         let cell = unsafe { Arc::from_raw(ptr) };
