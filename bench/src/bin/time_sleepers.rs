@@ -11,7 +11,8 @@
 //! then delayed the first timers in every runtime, measuring the stampede, not the timers.)
 //!
 //! Usage: cargo run --release -p weft-bench --bin time_sleepers [-- TASKS]
-//! (`--peer weft|tokio TASKS` runs one side and prints its `sleepers key=value` line.)
+//! (`--peer weft|tokio TASKS` runs one side and prints its `sleepers key=value` line;
+//! `WEFT_BENCH_WINDOWS=1` adds the lateness of each 100 ms window of sleep lengths on stderr.)
 
 #[path = "peers/mod.rs"]
 mod peers;
@@ -45,6 +46,9 @@ struct Report {
 
 impl Report {
     fn line(mut self, name: &str) -> String {
+        if std::env::var("WEFT_BENCH_WINDOWS").is_ok() {
+            self.print_windows();
+        }
         self.lateness_us.sort_unstable();
         let n = self.lateness_us.len();
         let pct = |p: f64| self.lateness_us[((n as f64 * p) as usize).min(n - 1)];
@@ -61,6 +65,33 @@ impl Report {
             self.rss_mib,
             self.pte_mib,
         )
+    }
+}
+
+impl Report {
+    /// Lateness by 100 ms window of sleep length on stderr: a tail from a few long stalls shows
+    /// up as a few bad windows, steady queueing as a high p99 in every one.
+    fn print_windows(&self) {
+        let sleeps = sleeps(self.lateness_us.len());
+        let count = (SPREAD_US / 100_000) as usize;
+        let mut windows: Vec<Vec<u32>> = vec![Vec::new(); count];
+        for (late, sleep) in self.lateness_us.iter().zip(sleeps) {
+            let window = ((sleep - MIN_SLEEP).as_millis() / 100) as usize;
+            windows[window.min(count - 1)].push(*late);
+        }
+        for (i, window) in windows.iter_mut().enumerate() {
+            window.sort_unstable();
+            let n = window.len();
+            if n > 0 {
+                eprintln!(
+                    "window {:>4} ms: n={n} p50_us={} p99_us={} max_us={}",
+                    i * 100,
+                    window[n / 2],
+                    window[n * 99 / 100],
+                    window[n - 1]
+                );
+            }
+        }
     }
 }
 
