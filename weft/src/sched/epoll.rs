@@ -83,18 +83,23 @@ impl Epoll {
     }
 
     /// Collects ready sources into `buf` without blocking; returns the filled part.
-    pub(crate) fn poll<'a>(&self, buf: &'a mut [libc::epoll_event]) -> &'a [libc::epoll_event] {
+    pub(crate) fn poll<'a>(
+        &self,
+        buf: &'a mut [std::mem::MaybeUninit<libc::epoll_event>],
+    ) -> &'a [libc::epoll_event] {
         // SAFETY: `buf` is live and writable for `buf.len()` events; timeout 0 never blocks.
         let n = unsafe {
             libc::epoll_wait(
                 self.fd.as_raw_fd(),
-                buf.as_mut_ptr(),
+                buf.as_mut_ptr().cast(),
                 buf.len().min(libc::c_int::MAX as usize) as libc::c_int,
                 0,
             )
         };
         // EINTR or nothing: the caller polls again later.
-        &buf[..n.max(0) as usize]
+        let n = n.max(0) as usize;
+        // SAFETY: the kernel initialized the first `n` events.
+        unsafe { std::slice::from_raw_parts(buf.as_ptr().cast(), n) }
     }
 }
 

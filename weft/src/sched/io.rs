@@ -222,14 +222,16 @@ impl Reactor {
     fn lock(&self) -> MutexGuard<'_, Slab> {
         self.slab.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
 
-    fn get(&self, key: usize) -> Option<Arc<Readiness>> {
-        let slab = self.lock();
-        let (generation, readiness) = slab.entries.get(key & INDEX_MASK)?;
+impl Slab {
+    /// The readiness of the source registered under `key`, if it still is.
+    fn get(&self, key: usize) -> Option<&Arc<Readiness>> {
+        let (generation, readiness) = self.entries.get(key & INDEX_MASK)?;
         if *generation != key >> INDEX_BITS {
             return None;
         }
-        readiness.clone()
+        readiness.as_ref()
     }
 }
 
@@ -307,15 +309,29 @@ pub(crate) fn dispatch(remote: &Remote, events: &polling::Events) {
 /// `epoll_wait`), and the second half of a sleeping worker's wake-up.
 pub(crate) fn poll_now(remote: &Remote) {
     let epoll = &remote.io.epoll;
-    // SAFETY: epoll_event is plain old data; all-zero is a valid value.
-    let mut buf: [libc::epoll_event; BATCH] = unsafe { std::mem::zeroed() };
+    let mut buf = [std::mem::MaybeUninit::<libc::epoll_event>::uninit(); BATCH];
+    // Uninitialized, not zeroed: a busy worker calls this often, mostly for a few events.
+    let mut woken = [const { std::mem::MaybeUninit::<(Arc<Readiness>, Ready)>::uninit() }; BATCH];
     loop {
         let ready = epoll.poll(&mut buf);
+        // One slab lock per batch, not per event; the wakes happen after it, since a wake may
+        // drop the last reference to a task, whose result may own a source whose drop
+        // deregisters (and takes the slab lock).
+        let slab = remote.io.lock();
+        let mut n = 0;
         for event in ready {
             let ready = Ready::from(event);
-            let Some(readiness) = remote.io.get(ready.key as usize) else {
-                continue; // deregistered since: the key's generation moved on
-            };
+            // Deregistered since: the key's generation moved on.
+            if let Some(readiness) = slab.get(ready.key as usize) {
+                woken[n].write((readiness.clone(), ready));
+                n += 1;
+            }
+        }
+        drop(slab);
+        for slot in &woken[..n] {
+            // SAFETY: the first `n` slots were written just above, and each is read once.
+            // (A panicking wake leaks the rest: references, not memory safety.)
+            let (readiness, ready) = unsafe { slot.assume_init_read() };
             if ready.readable {
                 readiness.wake(Direction::Read, ready.read_closed);
             }
