@@ -278,13 +278,40 @@ struct Shared {
     failed: AtomicUsize,
     start: AtomicBool,
     waiting: Mutex<Vec<weft::task::Task>>,
-    in_flight: AtomicU64,
+    in_flight: InFlight,
     done: AtomicUsize,
     dials: Mutex<Vec<u64>>,
     rtts: Mutex<Vec<u64>>,
     rtt_failed: AtomicUsize,
     last_dial: Mutex<Option<Instant>>,
     last_done: Mutex<Option<Instant>>,
+}
+
+/// The number of pings in flight, as counters spread over cache lines: one shared counter
+/// bumped twice per round trip by every connection bounced its cache line between the
+/// client's workers at each ping, on the machine whose CPU the server under test shares.
+#[derive(Default)]
+struct InFlight([PaddedCounter; IN_FLIGHT_SHARDS]);
+
+const IN_FLIGHT_SHARDS: usize = 16;
+
+#[derive(Default)]
+#[repr(align(128))]
+struct PaddedCounter(AtomicU64);
+
+impl InFlight {
+    fn add(&self, conn: usize, delta: i64) {
+        let counter = &self.0[conn % IN_FLIGHT_SHARDS].0;
+        counter.fetch_add(delta as u64, Ordering::Relaxed);
+    }
+
+    /// The sum of the shards: a sample, not a snapshot (they are read one after another).
+    fn sample(&self) -> u64 {
+        self.0
+            .iter()
+            .map(|c| c.0.load(Ordering::Relaxed))
+            .fold(0u64, u64::wrapping_add)
+    }
 }
 
 /// The longest a run may take: the dial phase (every gap, plus a dial timeout), then every
@@ -349,7 +376,7 @@ pub fn run(config: &Config) -> Report {
     let deadline = ping_start + IO_TIMEOUT * (config.rounds as u32 + 1);
     let (mut samples, mut sum) = (0u64, 0u64);
     while shared.done.load(Ordering::Acquire) < ok && Instant::now() < deadline {
-        sum += shared.in_flight.load(Ordering::Relaxed);
+        sum += shared.in_flight.sample();
         samples += 1;
         weft::time::sleep(Duration::from_millis(1));
     }
@@ -414,7 +441,10 @@ fn connection(index: usize, config: &Config, shared: &Shared) {
         weft::task::park();
     }
     let ping = vec![0xa5u8; config.payload];
-    let mut pong = vec![0u8; config.payload];
+    // Twice the payload: the echo then comes back as a short read, which tells weft the
+    // socket is drained, so the next round's read waits for readiness without first trying a
+    // `recv` that can only fail with EAGAIN (the server's 16 KiB reads do the same).
+    let mut pong = vec![0u8; 2 * config.payload];
     let mut rtts = Vec::with_capacity(config.rounds);
     let mut failed = 0;
     for round in 0..config.rounds {
@@ -423,10 +453,10 @@ fn connection(index: usize, config: &Config, shared: &Shared) {
             weft::time::sleep(delay);
         }
         let t = Instant::now();
-        shared.in_flight.fetch_add(1, Ordering::Relaxed);
-        let ok = stream.write_all(&ping).is_ok() && stream.read_exact(&mut pong).is_ok();
-        shared.in_flight.fetch_sub(1, Ordering::Relaxed);
-        if !ok || pong != ping {
+        shared.in_flight.add(index, 1);
+        let ok = stream.write_all(&ping).is_ok() && read_echo(&mut stream, &mut pong, ping.len());
+        shared.in_flight.add(index, -1);
+        if !ok || pong[..ping.len()] != ping[..] {
             failed += config.rounds - round;
             break;
         }
@@ -443,6 +473,19 @@ fn connection(index: usize, config: &Config, shared: &Shared) {
     }
     // Release: pairs with the driver's Acquire load of `done`.
     shared.done.fetch_add(1, Ordering::Release);
+}
+
+/// Reads until `len` bytes of echo are in `buf` (which is longer); false on an error, a
+/// timeout, an early end of stream or more bytes than were sent.
+fn read_echo(stream: &mut TcpStream, buf: &mut [u8], len: usize) -> bool {
+    let mut got = 0;
+    while got < len {
+        match stream.read(&mut buf[got..]) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => got += n,
+        }
+    }
+    got == len
 }
 
 #[cfg(test)]
