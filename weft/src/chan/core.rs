@@ -192,7 +192,7 @@ impl Selector {
 #[cfg(not(loom))]
 #[derive(Debug)]
 enum SelectorWaiter {
-    Task(*const dyn crate::task::TaskCell),
+    Task(std::ptr::NonNull<crate::task::Header>),
     Thread(std::thread::Thread),
 }
 
@@ -216,9 +216,8 @@ fn wake_by_ref(waiter: &SelectorWaiter) {
     match waiter {
         SelectorWaiter::Task(task) => {
             // SAFETY: the task is blocked on this selector, so it is Started and its worker's
-            // live list holds a reference (task/mod.rs invariant 3): the cell is alive, and a
-            // cell's address is its header's (task/cell.rs).
-            let header = unsafe { &*(*task as *const crate::task::Header) };
+            // live list holds a reference (task/mod.rs invariant 3): the header is alive.
+            let header = unsafe { task.as_ref() };
             if header.park.unpark() {
                 // SAFETY: this unpark saw PARKED, so it owns the parked reference
                 // (task/mod.rs invariant 4).

@@ -19,7 +19,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
 use std::panic::Location;
-use std::ptr;
+use std::ptr::{self, NonNull};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,7 +29,7 @@ use crossbeam_deque::Steal;
 
 use super::runtime::{Handle, Remote, Shared};
 use crate::stack::{self, LocalSlots, SizeClass, Slot};
-use crate::task::{Cancelled, Header, RunState, Suspend, Task, TaskCell, TaskCoroutine};
+use crate::task::{Cancelled, Header, RunState, Suspend, Task, TaskCoroutine};
 
 /// How long an idle worker keeps looking for work before it sleeps.
 const SPIN: Duration = Duration::from_micros(50);
@@ -63,25 +63,24 @@ fn current_worker<'a>() -> Option<&'a Worker> {
 /// The header of the task running on this thread, if any.
 #[inline]
 fn current_header<'a>() -> Option<&'a Header> {
-    let cell = current_worker()?.current.get()?;
-    // SAFETY: `current` points at the cell of the task being resumed, which the worker keeps
-    // alive (it holds the `Task`) for the whole resume, and we are inside that resume; a cell's
-    // address is its header's (task/cell.rs).
-    Some(unsafe { &*(cell as *const Header) })
+    let header = current_worker()?.current.get()?;
+    // SAFETY: `current` points at the header of the task being resumed, which the worker keeps
+    // alive (it holds the `Task`) for the whole resume, and we are inside that resume.
+    Some(unsafe { header.as_ref() })
 }
 
 /// The running task, as a pointer, without touching its reference count: for waiters that
 /// only need it while the task is blocked (its worker's live list keeps it alive then,
 /// task/mod.rs invariant 3). Turn it back into a `Task` with `Task::clone_from_ptr`.
 #[inline]
-pub(crate) fn current_task_ptr() -> Option<*const dyn TaskCell> {
+pub(crate) fn current_task_ptr() -> Option<NonNull<Header>> {
     current_worker()?.current.get()
 }
 
 pub(crate) fn current_task() -> Option<Task> {
-    let cell = current_worker()?.current.get()?;
+    let header = current_worker()?.current.get()?;
     // SAFETY: as in `current_header`: the task is alive for the whole resume.
-    Some(unsafe { Task::clone_from_ptr(cell) })
+    Some(unsafe { Task::clone_from_ptr(header) })
 }
 
 /// Switches from the running task back to its worker; false if not in a task.
@@ -181,7 +180,7 @@ pub(crate) fn cancel_unstarted(task: &Task) {
     let state = unsafe { task.header().run_state() };
     if let RunState::New { .. } = state {
         *state = RunState::Done;
-        task.cell().cancel();
+        task.cancel();
     }
 }
 
@@ -331,8 +330,8 @@ pub(crate) struct Worker {
     run_next: Cell<Option<Task>>,
     slots: RefCell<LocalSlots>,
     live: RefCell<Live>,
-    /// The cell of the task being resumed, if any.
-    current: Cell<Option<*const dyn TaskCell>>,
+    /// The header of the task being resumed, if any.
+    current: Cell<Option<NonNull<Header>>>,
     tick: Cell<u32>,
     events: RefCell<polling::Events>,
     /// Deadlines of this worker's parked tasks (time/mod.rs explains the choice of map).
@@ -705,16 +704,14 @@ impl Worker {
         let coroutine = TaskCoroutine::with_stack(slot, move |yielder, ()| {
             // The body runs on the task's stack; park finds its yielder through the header.
             let worker = current_worker().expect("weft: task started off its worker");
-            let cell = worker
+            let header = worker
                 .current
                 .get()
-                .expect("weft: task started without a cell");
+                .expect("weft: task started without a header");
             // SAFETY: the worker keeps the task alive while it is resumed (current_header).
-            let cell = unsafe { &*cell };
-            if let Some(header) = current_header() {
-                header.yielder.set(yielder);
-            }
-            cell.run()
+            let task = unsafe { Task::borrow_ptr(header) };
+            task.header().yielder.set(yielder);
+            task.run()
         });
         // SAFETY: the task has not run yet and this worker owns it (invariant 2 of task/mod.rs).
         unsafe { task.header().set_home(self.remote.clone()) };

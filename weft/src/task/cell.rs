@@ -1,12 +1,15 @@
 //! The one allocation of a task: its header, its join slot and its closure, side by side.
 //!
 //! ```text
-//!   Arc<Cell<F, T>>  (repr(C): the header first, so a thin pointer to the cell is one to it)
+//!   Cell<F, T>  (repr(C): the header first, so a pointer to the cell is one to its header)
 //!   ┌────────────┬──────────────┬────────────────────┐
 //!   │ Header     │ JoinSlot<T>  │ Option<F> (body)   │
 //!   └────────────┴──────────────┴────────────────────┘
-//!   seen as Arc<dyn TaskCell> by the scheduler, as Arc<dyn JoinCell<T>> by the JoinHandle
+//!   reached by the scheduler and by handles as a thin `NonNull<Header>`; the typed operations
+//!   go through the header's `CellVtable`, the join slot is found by its offset (`join_slot`)
 //! ```
+//!
+//! Owns: [`Cell`] and its [`CellVtable`].
 //!
 //! Invariants:
 //! 1. `body` is taken once: by `run` on the worker that starts the task, or by `cancel` on
@@ -14,93 +17,168 @@
 //!    then, having popped it from a queue (task/mod.rs invariant 1).
 //! 2. The join slot is completed exactly once: by `run` (the result, a panic, or the
 //!    cancellation unwind) or by `cancel`.
+//! 3. A cell is freed once, by whoever drops its last reference (task/mod.rs invariant 5).
 //!
 //! Why one allocation: the spawn path allocated the header, the join slot and the boxed closure
 //! separately; glibc's malloc and free, with frees on another thread than the allocation, were
 //! 37% of the instructions of the million example (callgrind).
+//!
+//! Why a vtable and a thin pointer rather than `Arc<dyn TaskCell>`: every wake and park passes
+//! the task around; a fat pointer made each one recompute where the header sits inside the
+//! `Arc` from the vtable's alignment, and `Arc` kept a weak count no one uses.
 
+use std::alloc::Layout;
 use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr::NonNull;
 
 use super::join::{JoinSlot, CANCELLED};
 use super::{Cancelled, Header};
 use crate::park::Waiter;
 
-/// A task as the scheduler sees it.
-pub(crate) trait TaskCell: Send + Sync + 'static {
+/// The typed operations of one `Cell<F, T>`, reached from its header.
+pub(crate) struct CellVtable {
     /// Runs the closure on the current stack and completes the join slot; returns the joiner
     /// to wake once the task has fully switched out (invariant 1: called once, by the starter).
-    fn run(&self) -> Option<Waiter>;
-
+    pub(crate) run: unsafe fn(NonNull<Header>) -> Option<Waiter>,
     /// Drops the closure of a task that never started and tells its joiner (invariant 1).
-    fn cancel(&self);
-}
-
-/// A task as its [`JoinHandle`](super::JoinHandle) sees it.
-pub(crate) trait JoinCell<T>: TaskCell {
-    fn slot(&self) -> &JoinSlot<T>;
+    pub(crate) cancel: unsafe fn(NonNull<Header>),
+    /// Drops the cell and frees its memory (invariant 3).
+    pub(crate) free: unsafe fn(NonNull<Header>),
 }
 
 #[repr(C)]
-pub(crate) struct Cell<F, T> {
+struct Cell<F, T> {
     /// First, so that the cell's address is the header's (module doc).
-    pub(crate) header: Header,
+    header: Header,
     join: JoinSlot<T>,
     body: UnsafeCell<Option<F>>,
 }
 
-// SAFETY: `header` and `join` are Sync on their own terms (task/mod.rs, join.rs); `body` is
-// touched by one holder at a time (invariant 1). `F: Send` since the body may start on any
-// worker; `T: Send` since the result goes to the joiner's thread.
-unsafe impl<F: Send, T: Send> Sync for Cell<F, T> {}
-// SAFETY: as above.
-unsafe impl<F: Send, T: Send> Send for Cell<F, T> {}
+impl<F, T> Cell<F, T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    const VTABLE: CellVtable = CellVtable {
+        run: Self::run,
+        cancel: Self::cancel,
+        free: Self::free,
+    };
 
-impl<F, T> Cell<F, T> {
-    pub(crate) fn new(header: Header, body: F) -> Self {
-        Cell {
-            header,
-            join: JoinSlot::new(),
-            body: UnsafeCell::new(Some(body)),
-        }
+    /// The cell behind a header.
+    ///
+    /// # Safety
+    /// `header` must be the header of a live `Cell<F, T>`.
+    unsafe fn from_header<'a>(header: NonNull<Header>) -> &'a Self {
+        // SAFETY: the caller's contract; repr(C) puts the header at the cell's address.
+        unsafe { header.cast::<Self>().as_ref() }
     }
 
     fn take_body(&self) -> Option<F> {
         // SAFETY: invariant 1: the caller holds the task exclusively.
         unsafe { (*self.body.get()).take() }
     }
-}
 
-impl<F, T> TaskCell for Cell<F, T>
-where
-    F: FnOnce() -> T + Send + 'static,
-    T: Send + 'static,
-{
-    fn run(&self) -> Option<Waiter> {
-        let body = self.take_body().expect("weft: task body run twice");
+    /// # Safety
+    /// As [`CellVtable::run`]: `header` is this cell type's, and the caller starts the task.
+    unsafe fn run(header: NonNull<Header>) -> Option<Waiter> {
+        // SAFETY: the caller's contract.
+        let cell = unsafe { Self::from_header(header) };
+        let body = cell.take_body().expect("weft: task body run twice");
         match catch_unwind(AssertUnwindSafe(body)) {
             // Shutdown unwound this task at a park: its frames are gone, tell the joiner.
             Err(payload) if payload.is::<Cancelled>() => {
-                self.join.complete(Err(Box::new(CANCELLED)))
+                cell.join.complete(Err(Box::new(CANCELLED)))
             }
-            result => self.join.complete(result),
+            result => cell.join.complete(result),
         }
     }
 
-    fn cancel(&self) {
-        drop(self.take_body());
-        if let Some(joiner) = self.join.complete(Err(Box::new(CANCELLED))) {
+    /// # Safety
+    /// As [`CellVtable::cancel`].
+    unsafe fn cancel(header: NonNull<Header>) {
+        // SAFETY: the caller's contract.
+        let cell = unsafe { Self::from_header(header) };
+        drop(cell.take_body());
+        if let Some(joiner) = cell.join.complete(Err(Box::new(CANCELLED))) {
             joiner.wake();
+        }
+    }
+
+    /// # Safety
+    /// As [`CellVtable::free`]: the last reference is gone (invariant 3).
+    unsafe fn free(header: NonNull<Header>) {
+        let cell = header.cast::<Self>().as_ptr();
+        // SAFETY: the caller's contract: nothing can reach the cell any more; `allocate` made
+        // it with this layout from this allocator.
+        unsafe {
+            cell.drop_in_place();
+            std::alloc::dealloc(cell.cast(), Layout::new::<Self>());
         }
     }
 }
 
-impl<F, T> JoinCell<T> for Cell<F, T>
+/// Allocates a task's cell around `header` (whose vtable this sets) and `body`.
+pub(crate) fn allocate<F, T>(mut header: Header, body: F) -> NonNull<Header>
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    fn slot(&self) -> &JoinSlot<T> {
-        &self.join
+    header.vtable = &Cell::<F, T>::VTABLE;
+    let layout = Layout::new::<Cell<F, T>>();
+    // SAFETY: the layout is not zero-sized: it holds a header.
+    let memory = unsafe { std::alloc::alloc(layout) }.cast::<Cell<F, T>>();
+    let Some(memory) = NonNull::new(memory) else {
+        std::alloc::handle_alloc_error(layout);
+    };
+    let cell = Cell {
+        header,
+        join: JoinSlot::new(),
+        body: UnsafeCell::new(Some(body)),
+    };
+    // SAFETY: fresh memory of the cell's layout.
+    unsafe { memory.as_ptr().write(cell) };
+    memory.cast()
+}
+
+/// The vtable of a header not in a cell yet: `allocate` replaces it before anything can call
+/// it.
+pub(crate) static UNALLOCATED: CellVtable = CellVtable {
+    run: |_| unreachable!("weft: task header used outside its cell"),
+    cancel: |_| unreachable!("weft: task header used outside its cell"),
+    free: |_| unreachable!("weft: task header used outside its cell"),
+};
+
+/// The join slot of the cell behind `header`, whatever the cell's closure type: in a
+/// `repr(C)` cell its offset depends only on `Header` and `T`.
+///
+/// # Safety
+/// `header` must be the header of a live cell whose result type is `T`.
+pub(crate) unsafe fn join_slot<'a, T>(header: NonNull<Header>) -> &'a JoinSlot<T> {
+    let offset = std::mem::offset_of!(Cell<fn() -> T, T>, join);
+    // SAFETY: the caller's contract; the offset is the same for every closure type (above).
+    unsafe {
+        header
+            .cast::<u8>()
+            .add(offset)
+            .cast::<JoinSlot<T>>()
+            .as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_join_slot_offset_does_not_depend_on_the_closure() {
+        type Big = [u64; 100];
+        let small = std::mem::offset_of!(Cell<fn() -> u8, u8>, join);
+        let big = std::mem::offset_of!(Cell<Big, u8>, join);
+        assert_eq!(small, big);
+        let small = std::mem::offset_of!(Cell<fn() -> Big, Big>, join);
+        let big = std::mem::offset_of!(Cell<(u8, String), Big>, join);
+        assert_eq!(small, big);
     }
 }

@@ -27,9 +27,7 @@ use crate::loom::sync::atomic::{AtomicU8, Ordering};
 use crate::park::Waiter;
 
 #[cfg(not(loom))]
-use super::{cell::JoinCell, Task, TaskId};
-#[cfg(not(loom))]
-use std::sync::Arc;
+use super::{Task, TaskId};
 
 /// No result, no joiner waiting.
 const EMPTY: u8 = 0;
@@ -113,13 +111,25 @@ impl<T> JoinSlot<T> {
 /// Dropping it detaches the task: it runs on, and its result is dropped.
 #[cfg(not(loom))]
 pub struct JoinHandle<T> {
-    cell: Arc<dyn JoinCell<T>>,
+    /// The joiner's reference to the task.
+    task: Task,
+    _result: std::marker::PhantomData<fn() -> T>,
 }
 
 #[cfg(not(loom))]
 impl<T: 'static> JoinHandle<T> {
-    pub(crate) fn new(cell: Arc<dyn JoinCell<T>>) -> Self {
-        JoinHandle { cell }
+    /// The join handle of `task`, whose cell's result type is `T`.
+    pub(crate) fn new(task: Task) -> Self {
+        JoinHandle {
+            task,
+            _result: std::marker::PhantomData,
+        }
+    }
+
+    fn slot(&self) -> &JoinSlot<T> {
+        // SAFETY: `new`'s caller made `task` with a cell whose result type is `T`, and our
+        // reference keeps the cell alive.
+        unsafe { super::cell::join_slot(self.task.as_ptr()) }
     }
 
     /// Waits for the task to finish and returns its result; a panic in the task comes back as
@@ -128,19 +138,17 @@ impl<T: 'static> JoinHandle<T> {
     ///
     /// From a task this parks only the task; from a plain OS thread it blocks the thread.
     pub fn join(self) -> thread::Result<T> {
-        self.cell
-            .slot()
-            .wait(Waiter::current, crate::park::park_current)
+        self.slot().wait(Waiter::current, crate::park::park_current)
     }
 
     /// Whether the task has finished (its result is ready to join).
     pub fn is_finished(&self) -> bool {
-        self.cell.slot().is_done()
+        self.slot().is_done()
     }
 
     /// The task's handle.
     pub fn task(&self) -> Task {
-        Task::from_cell(self.cell.clone())
+        self.task.clone()
     }
 
     /// The task's id.

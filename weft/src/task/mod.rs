@@ -5,7 +5,8 @@
 //!
 //! | field        | who                                                                  |
 //! |--------------|----------------------------------------------------------------------|
-//! | `id`, `name`, `spawn_site`, `class` | anyone (immutable)                              |
+//! | `id`, `name`, `spawn_site`, `class`, `vtable` | anyone (immutable)                     |
+//! | `refs`       | anyone holding a reference ([`Task`], [`JoinHandle`], a parked task's park state) |
 //! | `park`       | anyone, through the protocol in `park/state.rs`                      |
 //! | `home`       | written once by the first worker to run the task, before the task runs; read by wakers only after they saw the task PARKED (invariant 2) |
 //! | `run`        | the task's worker only (invariant 1)                                  |
@@ -28,13 +29,15 @@
 //!    gives up its queue reference when `publish_parked` succeeds ([`Task::into_parked`]), and
 //!    the one unpark that sees PARKED takes it back to queue the task ([`Task::from_parked`]).
 //!    So a park and its wake touch no reference count.
+//! 5. `refs` counts the references to the cell ([`Task`]s, the [`JoinHandle`], the parked
+//!    reference of invariant 4); the drop that takes it to zero frees the cell (task/cell.rs),
+//!    with `Arc`'s orderings.
 //!
 //! May call: `stack`, `park`, `sched` (to submit a spawned task). Called by: everything above.
 
 mod cell;
 mod join;
 
-pub(crate) use cell::TaskCell;
 pub use join::JoinHandle;
 
 use std::cell::{Cell, UnsafeCell};
@@ -42,6 +45,8 @@ use std::fmt;
 use std::io;
 use std::num::NonZeroU64;
 use std::panic::Location;
+use std::ptr::NonNull;
+use std::sync::atomic::{self, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use corosensei::{Coroutine, Yielder};
@@ -83,6 +88,10 @@ pub(crate) enum RunState {
 
 /// The part of a task shared by its worker, its wakers and its handles.
 pub(crate) struct Header {
+    /// References to the cell (invariant 5).
+    refs: AtomicUsize,
+    /// The typed operations of the cell this header heads (set by `cell::allocate`).
+    vtable: &'static cell::CellVtable,
     pub(crate) id: TaskId,
     pub(crate) park: ParkState,
     pub(crate) name: Option<Box<str>>,
@@ -99,7 +108,7 @@ pub(crate) struct Header {
 // (invariant 1), or, for `run` in state New, by whichever single worker popped the task from a
 // queue; `home` is written once before it can be read elsewhere (invariant 2).
 unsafe impl Sync for Header {}
-// SAFETY: a Header moves between threads inside its task's `Arc`. Its `RunState::New` content
+// SAFETY: a Header moves between threads behind its task's references. Its `RunState::New` content
 // is a slot of memory; a `Started` coroutine, which is not `Send`, is only ever dropped on its
 // home thread (invariant 3).
 unsafe impl Send for Header {}
@@ -186,48 +195,62 @@ impl fmt::Display for TaskId {
 }
 
 /// A handle to a task, like `std::thread::Thread`: its identity, and `unpark`.
-#[derive(Clone)]
 pub struct Task {
-    cell: Arc<dyn TaskCell>,
+    /// One counted reference to the task's cell (invariant 5).
+    header: NonNull<Header>,
 }
 
-impl Task {
-    pub(crate) fn from_cell(cell: Arc<dyn TaskCell>) -> Task {
-        Task { cell }
-    }
+// SAFETY: a `Task` is a counted reference to a `Header`, which is `Send + Sync`; the count is
+// atomic.
+unsafe impl Send for Task {}
+// SAFETY: as above.
+unsafe impl Sync for Task {}
 
+impl Task {
     /// The task's header.
     #[inline]
     pub(crate) fn header(&self) -> &Header {
-        // SAFETY: every `TaskCell` is a `cell::Cell`, which is `repr(C)` with its header first
-        // (cell.rs), so the cell's address is the header's; the reference lives as long as
-        // `self`'s strong count.
-        unsafe { &*(Arc::as_ptr(&self.cell) as *const Header) }
+        // SAFETY: this handle's reference keeps the cell alive (invariant 5).
+        unsafe { self.header.as_ref() }
     }
 
-    pub(crate) fn cell(&self) -> &dyn TaskCell {
-        &*self.cell
+    /// Runs the task's closure (task/cell.rs invariant 1).
+    pub(crate) fn run(&self) -> Option<Waiter> {
+        // SAFETY: the vtable is the one of the cell this header heads; the caller is the
+        // worker starting the task (cell.rs invariant 1).
+        unsafe { (self.header().vtable.run)(self.header) }
     }
 
-    /// The raw cell pointer, for a worker's "current task" (it keeps the task alive meanwhile).
+    /// Drops the closure of a task that never started and tells its joiner.
+    pub(crate) fn cancel(&self) {
+        // SAFETY: as in `run`; the caller popped the never-started task from a queue.
+        unsafe { (self.header().vtable.cancel)(self.header) }
+    }
+
+    /// The raw header pointer, for a worker's "current task" (it keeps the task alive
+    /// meanwhile) and for waiters that hold it while the task is blocked.
     #[inline]
-    pub(crate) fn as_ptr(&self) -> *const dyn TaskCell {
-        Arc::as_ptr(&self.cell)
+    pub(crate) fn as_ptr(&self) -> NonNull<Header> {
+        self.header
     }
 
-    /// A new handle from a raw cell pointer.
+    /// A new handle from a raw header pointer.
     ///
     /// # Safety
     /// `ptr` must come from [`Task::as_ptr`] of a task that is still alive.
-    pub(crate) unsafe fn clone_from_ptr(ptr: *const dyn TaskCell) -> Task {
-        // SAFETY: the caller's contract; incrementing first makes `from_raw` yield an extra
-        // owned reference.
-        unsafe {
-            Arc::increment_strong_count(ptr);
-            Task {
-                cell: Arc::from_raw(ptr),
-            }
-        }
+    pub(crate) unsafe fn clone_from_ptr(ptr: NonNull<Header>) -> Task {
+        // SAFETY: the caller's contract; cloning the borrowed handle takes the new reference.
+        let borrowed = unsafe { Task::borrow_ptr(ptr) };
+        Task::clone(&borrowed)
+    }
+
+    /// A handle to the task behind `ptr` that owns no reference, so it is never dropped.
+    ///
+    /// # Safety
+    /// `ptr` must come from [`Task::as_ptr`] of a task that stays alive while the handle is
+    /// used.
+    pub(crate) unsafe fn borrow_ptr(ptr: NonNull<Header>) -> std::mem::ManuallyDrop<Task> {
+        std::mem::ManuallyDrop::new(Task { header: ptr })
     }
 
     /// The task's unique id.
@@ -271,14 +294,40 @@ impl Task {
     /// Only the unpark that saw PARKED (`ParkState::unpark` returned true) may call this, once,
     /// with a pointer to that task.
     #[inline]
-    pub(crate) unsafe fn from_parked(ptr: *const dyn TaskCell) -> Task {
-        // SAFETY: the caller's contract: the reference was forgotten by `into_parked`.
-        let cell = unsafe { Arc::from_raw(ptr) };
-        Task { cell }
+    pub(crate) unsafe fn from_parked(ptr: NonNull<Header>) -> Task {
+        // The reference was forgotten by `into_parked`: the caller's contract.
+        Task { header: ptr }
     }
 
     pub(crate) fn ptr_eq(&self, other: &Task) -> bool {
-        std::ptr::addr_eq(self.as_ptr(), other.as_ptr())
+        self.header == other.header
+    }
+}
+
+impl Clone for Task {
+    fn clone(&self) -> Task {
+        // Relaxed, as `Arc::clone`: a new reference is made from an existing one, which keeps
+        // the cell alive meanwhile.
+        let old = self.header().refs.fetch_add(1, Ordering::Relaxed);
+        if old > isize::MAX as usize {
+            std::process::abort(); // 2^63 leaked handles: abort, as `Arc` does
+        }
+        Task {
+            header: self.header,
+        }
+    }
+}
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        // Release, then Acquire on the last drop, as `Arc`: every use of the cell through any
+        // reference happens before it is freed.
+        if self.header().refs.fetch_sub(1, Ordering::Release) != 1 {
+            return;
+        }
+        atomic::fence(Ordering::Acquire);
+        // SAFETY: the last reference is gone (invariant 5, cell.rs invariant 3).
+        unsafe { (self.header().vtable.free)(self.header) };
     }
 }
 
@@ -380,6 +429,9 @@ impl Builder {
             };
             let slot = spawner.take_slot(class)?;
             let header = Header {
+                // One for the queue, one for the join handle.
+                refs: AtomicUsize::new(2),
+                vtable: &cell::UNALLOCATED,
                 id: TaskId::next(),
                 park: ParkState::new(),
                 name: self.name.map(String::into_boxed_str),
@@ -390,10 +442,10 @@ impl Builder {
                 yielder: Cell::new(std::ptr::null()),
                 cancelling: Cell::new(false),
             };
-            let cell = Arc::new(cell::Cell::new(header, f));
-            let task = Task { cell: cell.clone() };
-            spawner.submit(task);
-            Ok(JoinHandle::new(cell))
+            let header = cell::allocate(header, f);
+            // `allocate` made the cell with two references, one for each handle.
+            spawner.submit(Task { header });
+            Ok(JoinHandle::new(Task { header }))
         })
     }
 }
