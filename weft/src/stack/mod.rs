@@ -199,6 +199,11 @@ struct PoolInner {
     puts: u32,
 }
 
+/// Slots each pool's warm and cold lists have room for before they first grow: 8 MiB of
+/// address space each, committed a page per 512 slots as they fill (glibc maps blocks this
+/// large on their own, so untouched pages cost nothing).
+const LIST_RESERVE: usize = 1 << 20;
+
 /// Returns between two looks at the trim clock.
 const TRIM_CHECK_EVERY: u32 = 64;
 
@@ -249,6 +254,13 @@ impl SlotPool {
             let start = region::reserve(size)?;
             inner.next = start;
             inner.end = start + region::REGION_BYTES.max(size);
+            if inner.warm.capacity() == 0 {
+                // Address space for the lists up front, touched only as they fill: growing
+                // them by doubling copied megabytes and faulted in fresh pages under the pool
+                // lock while a million tasks exited, stalling both workers for milliseconds.
+                inner.warm.reserve_exact(LIST_RESERVE);
+                inner.cold.reserve_exact(LIST_RESERVE);
+            }
         }
         let n = n.min((inner.end - inner.next) / size).max(1);
         let starts: Vec<usize> = (0..n).map(|i| inner.next + i * size).collect();
