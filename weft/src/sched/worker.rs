@@ -4,7 +4,8 @@
 //! tasks — all touched by its own thread only; and the thread-locals `WORKER` (the worker this
 //! thread is) and `ENTERED` (the runtime a plain thread entered).
 //!
-//! The loop: take a task (local ready queue and new-task deque alternately, the remote woken
+//! The loop: take a task (the one the last task woke, `run_next`, when there is one — see
+//! `push_ready_from`; else the local ready queue and new-task deque alternately, the remote woken
 //! queue, the injector every 61 ticks and when local work runs out, then steal never-started
 //! tasks from the others); resume it until it yields, parks or returns; handle that on the
 //! worker's own stack. With nothing to do, spin for [`SPIN`] (waking a sleeping vCPU costs
@@ -260,9 +261,9 @@ pub(crate) fn with_spawner<R>(
 /// entries chain the free indices.
 ///
 /// Why the chain lives in the entries, not in a `Vec` of free indices: that vector grew while
-/// tasks finished, and each doubling of it (copy and fresh pages: milliseconds at half a
-/// million entries) stalled the worker in the middle of a burst of wakes — a million sleepers
-/// saw ten 5 ms stalls.
+/// tasks finished, and a doubling of it at half a million entries (a copy and fresh pages,
+/// about a millisecond) stalls the worker in the middle of a burst of wakes; the pool lists
+/// in stack/mod.rs had the same problem, measured there.
 #[derive(Default)]
 struct Live {
     entries: Vec<LiveEntry>,

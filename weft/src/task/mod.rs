@@ -15,7 +15,7 @@
 //! Invariants:
 //! 1. A task that has started runs on one OS thread for its whole life: its coroutine is
 //!    created by the worker that first runs it, is resumed only by that worker, and is dropped
-//!    only by it. Only [`RunState::New`] tasks — a boxed `Send` closure and a slot of memory —
+//!    only by it. Only [`RunState::New`] tasks — a `Send` closure and a slot of memory —
 //!    are ever moved between threads (stolen). This is what makes thread-locals and `!Send`
 //!    values on a task's stack sound (rust-lang/rust#136044: the compiler may keep a
 //!    thread-local's address across a switch).
