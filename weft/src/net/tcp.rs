@@ -304,6 +304,9 @@ impl TcpStream {
 
     /// Like `read`, into memory that need not be initialized (a `Vec`'s spare capacity): a
     /// buffer that is never zeroed costs only the pages the reads reach, not its whole size.
+    /// That holds on the heap, not for a large array on a task's stack: Rust's stack probe
+    /// touches every page of a frame bigger than a page when the function is entered (a
+    /// 16 KiB array made an echo connection cost 21 KB instead of 8.8).
     /// Returns `n`; the first `n` elements of `buf` are then initialized.
     ///
     /// # Errors
