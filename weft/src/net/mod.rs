@@ -24,7 +24,7 @@
 //! });
 //! ```
 //!
-//! Owns: [`Source`], a non-blocking socket plus its readiness and its (lazy) registration
+//! Owns: `Source`, a non-blocking socket plus its readiness and its (lazy) registration
 //! with the poller of the first worker whose task waited on it.
 //!
 //! Invariants:

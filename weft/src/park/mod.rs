@@ -2,7 +2,7 @@
 //! the caller is a task (only the task parks; its worker runs others) or a plain OS thread
 //! (the thread blocks).
 //!
-//! Owns: [`Waiter`], the thing a waiting party leaves behind to be woken by.
+//! Owns: `Waiter`, the thing a waiting party leaves behind to be woken by.
 //!
 //! Invariants:
 //! 1. A waiter is woken at most once per registration by the code that took it out of the

@@ -1,8 +1,8 @@
 //! The scheduler: the runtime, its workers, their queues, and how a task is spawned, run,
 //! parked and woken.
 //!
-//! Owns: [`Runtime`] and its builder, [`Handle`], the state every worker shares ([`Shared`]),
-//! each worker's [`Remote`] (what other threads may touch of it), and the thread-locals that
+//! Owns: [`Runtime`] and its builder, [`Handle`], the state every worker shares (`Shared`),
+//! each worker's `Remote` (what other threads may touch of it), and the thread-locals that
 //! say which worker and which task the current code runs on.
 //!
 //! ```text

@@ -1,7 +1,7 @@
 //! Tasks: the header every task shares with its wakers, the public [`Task`] handle, spawning
 //! ([`Builder`]) and joining ([`JoinHandle`]).
 //!
-//! Owns: [`Header`]. Which thread may touch which field:
+//! Owns: `Header`. Which thread may touch which field:
 //!
 //! | field        | who                                                                  |
 //! |--------------|----------------------------------------------------------------------|
@@ -15,19 +15,19 @@
 //! Invariants:
 //! 1. A task that has started runs on one OS thread for its whole life: its coroutine is
 //!    created by the worker that first runs it, is resumed only by that worker, and is dropped
-//!    only by it. Only [`RunState::New`] tasks — a `Send` closure and a slot of memory —
+//!    only by it. Only `RunState::New` tasks — a `Send` closure and a slot of memory —
 //!    are ever moved between threads (stolen). This is what makes thread-locals and `!Send`
 //!    values on a task's stack sound (rust-lang/rust#136044: the compiler may keep a
 //!    thread-local's address across a switch).
 //! 2. `home` is set before the task first runs, and a task can only be PARKED after it ran;
 //!    `ParkState::publish_parked` (Release) and `ParkState::unpark` (Acquire) order the write
 //!    of `home` before any waker's read.
-//! 3. While a task is [`RunState::Started`], its worker's live list holds a reference to it,
+//! 3. While a task is `RunState::Started`, its worker's live list holds a reference to it,
 //!    so the last reference to a header is never dropped while it still owns a coroutine
 //!    (which would drop the coroutine on another thread).
 //! 4. While a task is PARKED (park/state.rs), its park state owns one reference: the worker
-//!    gives up its queue reference when `publish_parked` succeeds ([`Task::into_parked`]), and
-//!    the one unpark that sees PARKED takes it back to queue the task ([`Task::from_parked`]).
+//!    gives up its queue reference when `publish_parked` succeeds (`Task::into_parked`), and
+//!    the one unpark that sees PARKED takes it back to queue the task (`Task::from_parked`).
 //!    So a park and its wake touch no reference count.
 //! 5. `refs` counts the references to the cell ([`Task`]s, the [`JoinHandle`], the parked
 //!    reference of invariant 4); the drop that takes it to zero frees the cell (task/cell.rs),
