@@ -190,10 +190,15 @@ pub(crate) struct Reactor {
     epoll: Epoll,
 }
 
+/// The registered sources, each with the generation its key carries. `slab::Slab` chains its
+/// free entries through the vacant ones, so deregistering allocates nothing (a growing side
+/// vector of free indices stalls its owner at each doubling; see the live list in
+/// sched/worker.rs).
 #[derive(Default)]
 struct Slab {
-    entries: Vec<(usize, Option<Arc<Readiness>>)>,
-    free: Vec<usize>,
+    entries: slab::Slab<(usize, Arc<Readiness>)>,
+    /// The generation the next registration gets.
+    generation: usize,
 }
 
 impl Reactor {
@@ -228,10 +233,7 @@ impl Slab {
     /// The readiness of the source registered under `key`, if it still is.
     fn get(&self, key: usize) -> Option<&Arc<Readiness>> {
         let (generation, readiness) = self.entries.get(key & INDEX_MASK)?;
-        if *generation != key >> INDEX_BITS {
-            return None;
-        }
-        readiness.as_ref()
+        (*generation == key >> INDEX_BITS).then_some(readiness)
     }
 }
 
@@ -255,25 +257,21 @@ impl Registration {
         let reactor = &remote.io;
         let key = {
             let mut slab = reactor.lock();
-            let index = match slab.free.pop() {
-                Some(index) => index,
-                None => {
-                    slab.entries.push((0, None));
-                    slab.entries.len() - 1
-                }
-            };
-            let entry = &mut slab.entries[index];
-            entry.0 = (entry.0 + 1) % GENERATION_LIMIT;
-            entry.1 = Some(readiness);
-            entry.0 << INDEX_BITS | index
+            slab.generation = (slab.generation + 1) % GENERATION_LIMIT;
+            let generation = slab.generation;
+            let index = slab.entries.insert((generation, readiness));
+            assert!(
+                index <= INDEX_MASK,
+                "weft: more than 2^32 sources on one worker"
+            );
+            generation << INDEX_BITS | index
         };
         // The caller keeps `fd` open until `deregister`, which deletes it from the epoll
         // instance first (invariant 2).
         let added = reactor.epoll.add(fd, key as u64);
         if let Err(e) = added {
             let mut slab = reactor.lock();
-            slab.entries[key & INDEX_MASK].1 = None;
-            slab.free.push(key & INDEX_MASK);
+            slab.entries.remove(key & INDEX_MASK);
             return Err(e);
         }
         reactor.count.fetch_add(1, Ordering::Relaxed);
@@ -286,9 +284,7 @@ impl Registration {
         // An error means the fd was never added: nothing to undo.
         let _ = reactor.epoll.delete(fd);
         let mut slab = reactor.lock();
-        let index = self.key & INDEX_MASK;
-        slab.entries[index].1 = None;
-        slab.free.push(index);
+        slab.entries.remove(self.key & INDEX_MASK);
         reactor.count.fetch_sub(1, Ordering::Relaxed);
     }
 }

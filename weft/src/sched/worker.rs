@@ -257,67 +257,14 @@ pub(crate) fn with_spawner<R>(
     }
 }
 
-/// Started, unfinished tasks of one worker (task/mod.rs invariant 3): a slab whose vacant
-/// entries chain the free indices.
+/// Started, unfinished tasks of one worker (task/mod.rs invariant 3).
 ///
-/// Why the chain lives in the entries, not in a `Vec` of free indices: that vector grew while
-/// tasks finished, and a doubling of it at half a million entries (a copy and fresh pages,
-/// about a millisecond) stalls the worker in the middle of a burst of wakes; the pool lists
-/// in stack/mod.rs had the same problem, measured there.
-#[derive(Default)]
-struct Live {
-    entries: Vec<LiveEntry>,
-    /// The first vacant entry, if any.
-    free: Option<usize>,
-    len: usize,
-}
-
-enum LiveEntry {
-    Task(Task),
-    /// Vacant; the next vacant entry, if any.
-    Vacant(Option<usize>),
-}
-
-impl Live {
-    fn insert(&mut self, task: Task) -> usize {
-        self.len += 1;
-        match self.free {
-            Some(index) => {
-                let LiveEntry::Vacant(next) = self.entries[index] else {
-                    unreachable!("weft: live list free chain points at a task");
-                };
-                self.free = next;
-                self.entries[index] = LiveEntry::Task(task);
-                index
-            }
-            None => {
-                self.entries.push(LiveEntry::Task(task));
-                self.entries.len() - 1
-            }
-        }
-    }
-
-    fn remove(&mut self, index: usize) -> Option<Task> {
-        match std::mem::replace(&mut self.entries[index], LiveEntry::Vacant(self.free)) {
-            LiveEntry::Task(task) => {
-                self.len -= 1;
-                self.free = Some(index);
-                Some(task)
-            }
-            vacant => {
-                self.entries[index] = vacant;
-                None
-            }
-        }
-    }
-
-    fn tasks(&self) -> impl Iterator<Item = &Task> {
-        self.entries.iter().filter_map(|entry| match entry {
-            LiveEntry::Task(task) => Some(task),
-            LiveEntry::Vacant(_) => None,
-        })
-    }
-}
+/// A `slab::Slab` chains its free entries through the vacant entries themselves: the free
+/// indices used to be a `Vec` of their own that grew while tasks finished, and a doubling of
+/// it at half a million entries (a copy and fresh pages, about a millisecond) stalled the
+/// worker in the middle of a burst of wakes; the pool lists in stack/mod.rs had the same
+/// problem, measured there.
+type Live = slab::Slab<Task>;
 
 pub(crate) struct Worker {
     index: usize,
@@ -737,14 +684,19 @@ impl Worker {
             unreachable!("finish of a task that did not start");
         };
         self.slots.borrow_mut().put(coroutine.into_stack());
-        let removed = self.live.borrow_mut().remove(live);
+        let removed = self.live.borrow_mut().try_remove(live);
         self.set_live_count(-1);
         debug_assert!(removed.is_some_and(|t| t.ptr_eq(task)));
     }
 
     /// Shutdown steps 2–4 (runtime.rs) for this worker.
     fn shut_down(&self) {
-        let live: Vec<Task> = self.live.borrow().tasks().cloned().collect();
+        let live: Vec<Task> = self
+            .live
+            .borrow()
+            .iter()
+            .map(|(_, task)| task.clone())
+            .collect();
         for task in live {
             task.header().cancelling.set(true);
             task.unpark();
@@ -762,7 +714,7 @@ impl Worker {
                 last_progress = Instant::now();
                 continue;
             }
-            if self.live.borrow().len == 0 {
+            if self.live.borrow().is_empty() {
                 break;
             }
             if last_progress.elapsed() > SHUTDOWN_GRACE {
@@ -777,18 +729,14 @@ impl Worker {
     /// still hold frames, so their slots can never be reused: leak them.
     fn leak_live_tasks(&self) {
         let mut live = self.live.borrow_mut();
-        let count = live.len;
-        for index in 0..live.entries.len() {
-            let Some(task) = live.remove(index) else {
-                continue;
-            };
+        let count = live.len();
+        for task in live.drain() {
             // SAFETY: shutdown runs on the home worker after every resume returned.
             let state = unsafe { task.header().run_state() };
             if let RunState::Started { coroutine, .. } = std::mem::replace(state, RunState::Done) {
                 std::mem::forget(coroutine);
             }
         }
-        live.len = 0;
         eprintln!(
             "weft: worker {}: {count} task(s) parked while unwinding at shutdown and were never \
              woken; their stacks are leaked",
