@@ -80,3 +80,57 @@ impl SleepFlags {
         self.sleeping.store(false, Ordering::Relaxed);
     }
 }
+
+/// The monitor's rest (sched/monitor.rs, "Idle"): the monitor stops ticking while every worker
+/// sleeps, and the first worker to wake up ends the rest. The same store, fence, load on both
+/// sides as the handshake above:
+/// - the monitor stores `resting`, fences, then reads every worker's `sleeping`
+///   ([`RestFlag::try_rest`], and [`RestFlag::still_all_asleep`] after a rest timed out);
+/// - a waking worker stores `sleeping = false` ([`SleepFlags::end_sleep`]), fences, then reads
+///   `resting` ([`RestFlag::worker_awake`]).
+///
+/// Either the monitor sees the worker awake, or the worker sees the rest and ends it. Checked
+/// by `src/tests/loom_idle.rs`.
+#[derive(Debug, Default)]
+pub(crate) struct RestFlag {
+    resting: AtomicBool,
+}
+
+impl RestFlag {
+    /// Monitor: announces a rest, then asks `all_asleep`; false (and no rest) if a worker is
+    /// awake.
+    pub(crate) fn try_rest(&self, all_asleep: impl Fn() -> bool) -> bool {
+        self.resting.store(true, Ordering::Relaxed);
+        if self.still_all_asleep(all_asleep) {
+            return true;
+        }
+        self.resting.store(false, Ordering::Relaxed);
+        false
+    }
+
+    /// Monitor, resting (after `try_rest`, or after a rest timed out with `resting` still
+    /// set): whether every worker still sleeps; if so, a worker that wakes will end the rest.
+    pub(crate) fn still_all_asleep(&self, all_asleep: impl Fn() -> bool) -> bool {
+        // Pairs with the fence in `worker_awake`.
+        fence(Ordering::SeqCst);
+        all_asleep()
+    }
+
+    /// Monitor: whether the rest goes on (no worker ended it).
+    pub(crate) fn resting(&self) -> bool {
+        self.resting.load(Ordering::Acquire)
+    }
+
+    /// Monitor: the rest is over.
+    pub(crate) fn end_rest(&self) {
+        self.resting.store(false, Ordering::Relaxed);
+    }
+
+    /// Worker, after `SleepFlags::end_sleep`: true if it ended a rest and must unpark the
+    /// monitor.
+    pub(crate) fn worker_awake(&self) -> bool {
+        // Pairs with the fence in `still_all_asleep`.
+        fence(Ordering::SeqCst);
+        self.resting.load(Ordering::Relaxed) && self.resting.swap(false, Ordering::AcqRel)
+    }
+}

@@ -46,7 +46,7 @@ pub(crate) use worker::{
 };
 
 #[cfg(loom)]
-pub(crate) use idle::SleepFlags;
+pub(crate) use idle::{RestFlag, SleepFlags};
 
 #[cfg(not(loom))]
 mod runtime;

@@ -24,8 +24,9 @@
 //! 2. A worker leaving its sleep clears its `sleeping` flag, issues a SeqCst fence, then reads
 //!    `resting`; if set (and its swap wins) it unparks the monitor.
 //!
-//! Either the monitor sees the worker awake or the worker sees the monitor resting. The
-//! monitor looks again every [`MAX_REST`] anyway, and rests on if every worker still sleeps.
+//! Either the monitor sees the worker awake or the worker sees the monitor resting (sched/idle.rs
+//! `RestFlag`, checked by loom). The monitor looks again every [`MAX_REST`] anyway, and rests
+//! on if every worker still sleeps.
 //!
 //! May call: `sched` (Shared, Remote). Called by: `sched/runtime.rs` (start, stop),
 //! `sched/worker.rs` (`Rest::worker_awake`).
@@ -41,6 +42,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::idle::RestFlag;
 use super::runtime::Shared;
 
 /// Default time a worker may spend in one task before the monitor steps in (Go preempts at
@@ -55,16 +57,14 @@ const MAX_REST: Duration = Duration::from_secs(1);
 /// The monitor's rest, shared with the workers (module doc, "Idle").
 #[derive(Default)]
 pub(crate) struct Rest {
-    resting: AtomicBool,
+    flag: RestFlag,
     monitor: std::sync::OnceLock<thread::Thread>,
 }
 
 impl Rest {
     /// A worker that just left its sleep (step 2): wakes a resting monitor.
     pub(crate) fn worker_awake(&self) {
-        // SeqCst fence: pairs with the one in `watch` (step 1).
-        std::sync::atomic::fence(Ordering::SeqCst);
-        if self.resting.load(Ordering::Relaxed) && self.resting.swap(false, Ordering::AcqRel) {
+        if self.flag.worker_awake() {
             if let Some(monitor) = self.monitor.get() {
                 monitor.unpark();
             }
@@ -111,29 +111,25 @@ fn first_warning_for(site: usize) -> bool {
 
 /// Step 1 of the rest handshake: rests if every worker sleeps, and returns once woken.
 fn rest_if_all_asleep(shared: &Shared, stop: &AtomicBool) -> bool {
-    let rest = &shared.monitor_rest;
-    rest.resting.store(true, Ordering::Relaxed);
-    // SeqCst fence: pairs with the one in `Rest::worker_awake`.
-    std::sync::atomic::fence(Ordering::SeqCst);
-    if !shared.remotes.iter().all(|r| r.flags.is_sleeping()) {
-        rest.resting.store(false, Ordering::Relaxed);
+    let rest = &shared.monitor_rest.flag;
+    let all_asleep = || shared.remotes.iter().all(|r| r.flags.is_sleeping());
+    if !rest.try_rest(all_asleep) {
         return false;
     }
     let mut start = Instant::now();
-    while rest.resting.load(Ordering::Acquire) && !stop.load(Ordering::Relaxed) {
+    while rest.resting() && !stop.load(Ordering::Relaxed) {
         if start.elapsed() >= MAX_REST {
             // A rest that ran out with every worker still asleep goes on at once: waking for
             // IDLE_TICKS_BEFORE_REST ticks after each was 21 wake-ups a second, 0.5 ms of CPU
             // a second for a million sleeping tasks. `resting` is still set, so step 1 holds.
-            std::sync::atomic::fence(Ordering::SeqCst);
-            if !shared.remotes.iter().all(|r| r.flags.is_sleeping()) {
+            if !rest.still_all_asleep(all_asleep) {
                 break;
             }
             start = Instant::now();
         }
         thread::park_timeout(MAX_REST);
     }
-    rest.resting.store(false, Ordering::Relaxed);
+    rest.end_rest();
     true
 }
 
