@@ -119,13 +119,23 @@ where
     }
 }
 
-/// Allocates a task's cell around `header` (whose vtable this sets) and `body`.
+/// The vtable of the cells of closures `F` returning `T`, for their headers.
+pub(crate) fn vtable<F, T>() -> &'static CellVtable
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    &Cell::<F, T>::VTABLE
+}
+
+/// Allocates a task's cell around `header` and `body`. The header's vtable is set to this
+/// cell type's here, whatever the caller put in it: the cell's operations must match its type.
 pub(crate) fn allocate<F, T>(mut header: Header, body: F) -> NonNull<Header>
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    header.vtable = &Cell::<F, T>::VTABLE;
+    header.vtable = vtable::<F, T>();
     let layout = Layout::new::<Cell<F, T>>();
     // SAFETY: the layout is not zero-sized: it holds a header.
     let memory = unsafe { std::alloc::alloc(layout) }.cast::<Cell<F, T>>();
@@ -141,14 +151,6 @@ where
     unsafe { memory.as_ptr().write(cell) };
     memory.cast()
 }
-
-/// The vtable of a header not in a cell yet: `allocate` replaces it before anything can call
-/// it.
-pub(crate) static UNALLOCATED: CellVtable = CellVtable {
-    run: |_| unreachable!("weft: task header used outside its cell"),
-    cancel: |_| unreachable!("weft: task header used outside its cell"),
-    free: |_| unreachable!("weft: task header used outside its cell"),
-};
 
 /// The join slot of the cell behind `header`, whatever the cell's closure type: in a
 /// `repr(C)` cell its offset depends only on `Header` and `T`.

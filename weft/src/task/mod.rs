@@ -90,7 +90,7 @@ pub(crate) enum RunState {
 pub(crate) struct Header {
     /// References to the cell (invariant 5).
     refs: AtomicUsize,
-    /// The typed operations of the cell this header heads (set by `cell::allocate`).
+    /// The typed operations of the cell this header heads (`cell::vtable`).
     vtable: &'static cell::CellVtable,
     pub(crate) id: TaskId,
     pub(crate) park: ParkState,
@@ -431,7 +431,7 @@ impl Builder {
             let header = Header {
                 // One for the queue, one for the join handle.
                 refs: AtomicUsize::new(2),
-                vtable: &cell::UNALLOCATED,
+                vtable: cell::vtable::<F, T>(),
                 id: TaskId::next(),
                 park: ParkState::new(),
                 name: self.name.map(String::into_boxed_str),
