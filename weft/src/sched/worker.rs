@@ -90,10 +90,17 @@ pub(crate) fn suspend_current(reason: Suspend) -> bool {
     let Some(header) = current_header() else {
         return false;
     };
-    let yielder = header.yielder.get();
-    // SAFETY: the yielder lives at the root of this task's stack, the stack we run on now.
-    unsafe { &*yielder }.suspend(reason);
+    suspend(header, reason);
     true
+}
+
+/// Switches from the running task, whose header is `header`, back to its worker.
+#[inline]
+fn suspend(header: &Header, reason: Suspend) {
+    let yielder = header.yielder.get();
+    // SAFETY: `header` is the running task's (callers got it from `current_header`), and its
+    // yielder lives at the root of this task's stack, the stack we run on now.
+    unsafe { &*yielder }.suspend(reason);
 }
 
 /// Parks the running task (park/state.rs); false if not in a task.
@@ -104,7 +111,7 @@ pub(crate) fn park_current_task() -> bool {
     };
     unwind_if_cancelled(header);
     if !header.park.take_token() {
-        suspend_current(Suspend::Park);
+        suspend(header, Suspend::Park);
         header.park.resumed();
         unwind_if_cancelled(header);
     }
