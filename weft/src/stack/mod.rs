@@ -68,8 +68,10 @@ use std::time::{Duration, Instant};
 
 /// The default slot size, guard page included: see the module doc.
 pub const DEFAULT_STACK_SIZE: usize = 256 << 10;
-/// The smallest slot: a guard page plus room for the task's first frames.
-pub const MIN_STACK_SIZE: usize = 16 << 10;
+/// The smallest slot: a guard page plus room for the task's first frames and for std's
+/// default panic hook, which captures and symbolizes a backtrace under `RUST_BACKTRACE` and
+/// overflowed a 16 KiB slot (`tests/small_stack_panic.rs`).
+pub const MIN_STACK_SIZE: usize = 32 << 10;
 /// The largest slot, Go's limit.
 pub const MAX_STACK_SIZE: usize = 1 << 30;
 /// Warm slots each worker keeps for its next spawns.
@@ -165,7 +167,7 @@ impl Drop for Slot {
 // SAFETY: 1. `base` and `limit` bound memory that this module mapped readable and writable and
 // that no one else uses (invariant 1); 2. `limit` is the slot's start, which includes the guard
 // page that `SlotPool::carve` installed before handing the slot out (region.rs invariant 2);
-// 3. a slot is at least MIN_STACK_SIZE (16 KiB) so ≥ 4096 usable bytes remain above the guard;
+// 3. a slot is at least MIN_STACK_SIZE (32 KiB) so ≥ 4096 usable bytes remain above the guard;
 // 4. both addresses are multiples of the page size, so 16-byte aligned.
 unsafe impl corosensei::stack::Stack for Slot {
     fn base(&self) -> corosensei::stack::StackPointer {
