@@ -39,6 +39,10 @@
 //! std `MutexGuard`s may be held across a park (Rust lets the compiler keep a thread-local's
 //! address across a function call: rust-lang/rust#136044, which makes moving a started stack
 //! unsound). A parked task becomes wakeable only after it has switched out completely.
+//! User code runs only inside tasks: a detached task's result and panic payload, and the
+//! closure of a task cancelled before it ran, are dropped on the task's own stack. A task that
+//! parks while it is panicking keeps its OS thread until woken, since Rust's panic state is per
+//! thread (`sched/worker.rs`, "Parking while panicking").
 //! Overflowing a stack hits its guard page: weft prints the task's id, name, spawn site and
 //! stack size, then aborts the process — like Go's "fatal error: stack overflow".
 

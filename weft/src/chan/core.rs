@@ -217,13 +217,7 @@ fn wake_by_ref(waiter: &SelectorWaiter) {
         SelectorWaiter::Task(task) => {
             // SAFETY: the task is blocked on this selector, so it is Started and its worker's
             // live list holds a reference (task/mod.rs invariant 3): the header is alive.
-            let header = unsafe { task.as_ref() };
-            if header.park.unpark() {
-                // SAFETY: this unpark saw PARKED, so it owns the parked reference
-                // (task/mod.rs invariant 4).
-                let task = unsafe { crate::task::Task::from_parked(*task) };
-                crate::sched::schedule_woken(task);
-            }
+            unsafe { crate::task::unpark_ptr(*task) }
         }
         SelectorWaiter::Thread(thread) => thread.unpark(),
     }

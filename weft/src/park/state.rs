@@ -14,6 +14,10 @@
 //!      ▼                                                                │
 //!   PARKED ── unpark(): swap to NOTIFIED, sees PARKED ──► schedule (exactly one waker does)
 //!   resumed in park(): swap back to RUNNING (consumes the token)
+//!
+//!   RUNNING ── park() while panicking: block_thread ──► BLOCKED (the task's worker thread
+//!   sleeps in `std::thread::park`; no switch) ── unpark(): swap to NOTIFIED, sees BLOCKED ──►
+//!   unpark that OS thread; the task swaps back to RUNNING (`resumed`)
 //! ```
 //!
 //! Invariants:
@@ -21,6 +25,9 @@
 //! 2. Only the task's worker, after the switch, moves RUNNING → PARKED (`publish_parked`): the
 //!    task's stack is never resumed by a waker while it is still executing on it.
 //! 3. Exactly one `unpark` observes PARKED and schedules the task.
+//! 4. Only the task itself, on its own thread, moves RUNNING → BLOCKED (`block_thread`); the
+//!    one `unpark` that observes BLOCKED unparks the task's OS thread, which is then parked in
+//!    `std::thread::park` or about to be (its token is sticky).
 //!
 //! Why: this is Go's `gopark` unlock step (the waiter list is told "parked" from the scheduler's
 //! stack, after the switch) folded into one atomic, as `may` does with its "subscribe on the
@@ -34,6 +41,21 @@ const RUNNING: u32 = 0;
 const NOTIFIED: u32 = 1;
 /// Switched out and waiting; the next unpark schedules it.
 const PARKED: u32 = 2;
+/// Not switched out: the task blocks its OS thread (it parked while panicking, see
+/// sched/worker.rs "Parking while panicking"); the next unpark unparks that thread.
+const BLOCKED: u32 = 3;
+
+/// What the caller of [`ParkState::unpark`] must do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub(crate) enum Unpark {
+    /// The task was running or already notified: the token is enough.
+    Nothing,
+    /// The task was parked: schedule it on its worker (invariant 3).
+    Schedule,
+    /// The task blocks its OS thread: unpark that thread (invariant 4).
+    WakeThread,
+}
 
 /// The park/wake state of one task.
 #[derive(Debug)]
@@ -79,13 +101,26 @@ impl ParkState {
         self.0.swap(RUNNING, Ordering::Acquire);
     }
 
-    /// Any thread: delivers a token; true if the task was parked and the caller must now
-    /// schedule it (invariant 3).
-    #[must_use]
+    /// The task, instead of switching out while its thread is panicking: true if it is now
+    /// BLOCKED and must park its thread; false if a token arrived (the caller consumes it with
+    /// `resumed`). Invariant 4.
+    pub(crate) fn block_thread(&self) -> bool {
+        // Release: pairs with the Acquire in `unpark`, so the waker that sees BLOCKED sees the
+        // task's home (written before the task first ran) and everything it did before.
+        self.0
+            .compare_exchange(RUNNING, BLOCKED, Ordering::Release, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Any thread: delivers a token, and says what else the caller must do (invariants 3, 4).
     #[inline]
-    pub(crate) fn unpark(&self) -> bool {
+    pub(crate) fn unpark(&self) -> Unpark {
         // AcqRel: Release publishes the unparker's writes to the task (pairs with `take_token`
-        // and `resumed`); Acquire pairs with `publish_parked`.
-        self.0.swap(NOTIFIED, Ordering::AcqRel) == PARKED
+        // and `resumed`); Acquire pairs with `publish_parked` and `block_thread`.
+        match self.0.swap(NOTIFIED, Ordering::AcqRel) {
+            PARKED => Unpark::Schedule,
+            BLOCKED => Unpark::WakeThread,
+            _ => Unpark::Nothing,
+        }
     }
 }

@@ -105,7 +105,10 @@ impl Pool {
         loop {
             if let Some(job) = state.queue.pop_front() {
                 drop(state);
-                job();
+                // A job catches its closure's panic for its caller; what can still panic here
+                // is the drop of a result whose caller was cancelled meanwhile. The hook has
+                // reported it; the thread must live on to keep `threads` right.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
                 state = self.lock();
                 continue;
             }

@@ -42,7 +42,7 @@ mod worker;
 #[cfg(not(loom))]
 pub(crate) use worker::{
     current_task, current_task_ptr, park_current_task, park_current_task_until, schedule_woken,
-    suspend_current, with_spawner,
+    suspend_current, wake_blocked, with_spawner,
 };
 
 #[cfg(loom)]

@@ -180,7 +180,9 @@ fn watch(shared: &Shared, threshold: Duration, stop: &AtomicBool) {
                 continue;
             }
             // Step 1, again at every tick while it stays stuck: new work keeps arriving.
-            if !shared.stealers[remote.index].is_empty() {
+            if !shared.stealers[remote.index].is_empty()
+                || remote.placed_len.load(Ordering::Relaxed) > 0
+            {
                 shared.wake_idle_worker(Some(remote.index));
             }
             if sample.handled {

@@ -10,7 +10,9 @@
 //! 4. A task still running (a loop that never parks) holds its worker, and `drop` waits for it,
 //!    as with tokio. A task that parks again while unwinding and is never woken is leaked after
 //!    a grace period, with a warning.
-//! 5. `drop` joins the worker threads.
+//! 5. `drop` joins the worker threads, then closes the blocking pool: until then a cancelled
+//!    task's destructor may still use `spawn_blocking`. A spawn during shutdown (from such a
+//!    destructor) is cancelled at once: its joiner gets `Err`.
 
 use std::io;
 use std::panic::Location;
@@ -47,7 +49,14 @@ pub(crate) struct Shared {
 #[allow(dead_code)] // `resumes` and `running_*` are for the stuck-worker monitor.
 pub(crate) struct Remote {
     pub(crate) index: usize,
-    pub(crate) woken: Mutex<Vec<Task>>,
+    /// Tasks handed to this worker by other threads (`push_woken`, `place`).
+    pub(crate) inbox: Mutex<Inbox>,
+    /// `inbox.placed.len()`, written under the inbox lock: lets thieves and idle checks skip
+    /// the lock when nothing is placed.
+    pub(crate) placed_len: AtomicUsize,
+    /// The worker's OS thread, recorded before it runs a task: woken for a task that blocks
+    /// it (worker.rs, "Parking while panicking").
+    pub(crate) thread: std::sync::OnceLock<thread::Thread>,
     pub(crate) flags: SleepFlags,
     pub(crate) poller: polling::Poller,
     /// Tasks resumed by this worker so far; a monitor that sees it unchanged for a while knows
@@ -66,17 +75,66 @@ pub(crate) struct Remote {
     pub(crate) io: super::io::Reactor,
 }
 
+/// What other threads hand one worker.
+#[derive(Default)]
+pub(crate) struct Inbox {
+    /// Started tasks of this worker, woken elsewhere (sched/mod.rs invariant 1).
+    pub(crate) woken: Vec<Task>,
+    /// Never-started tasks placed here by a busier worker's spawn (`Spawner::submit`); any
+    /// worker may steal them, so a busy worker does not hold them up.
+    pub(crate) placed: std::collections::VecDeque<Task>,
+    /// The worker has left its loop for good (shutdown): nothing more is accepted, so nothing
+    /// can be stranded here.
+    pub(crate) closed: bool,
+}
+
 impl Remote {
-    /// Hands a woken task to this (its home) worker from another thread.
+    pub(crate) fn lock_inbox(&self) -> std::sync::MutexGuard<'_, Inbox> {
+        self.inbox.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Hands a woken task to this (its home) worker from another thread. Dropped if the
+    /// worker has closed: only a task leaked at shutdown can still be woken then.
     pub(crate) fn push_woken(&self, task: Task) {
-        self.woken
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(task);
+        let mut inbox = self.lock_inbox();
+        if inbox.closed {
+            drop(inbox);
+            drop(task);
+            return;
+        }
+        inbox.woken.push(task);
+        drop(inbox);
         // idle.rs step 1–2.
         if self.flags.work_pushed() {
             self.notify();
         }
+    }
+
+    /// Places a never-started task here; hands it back if the worker has closed.
+    pub(crate) fn place(&self, task: Task) -> Result<(), Task> {
+        let mut inbox = self.lock_inbox();
+        if inbox.closed {
+            return Err(task);
+        }
+        inbox.placed.push_back(task);
+        self.placed_len.store(inbox.placed.len(), Ordering::Relaxed);
+        drop(inbox);
+        // idle.rs step 1–2.
+        if self.flags.work_pushed() {
+            self.notify();
+        }
+        Ok(())
+    }
+
+    /// Takes a placed task, for this worker or a thief.
+    pub(crate) fn take_placed(&self) -> Option<Task> {
+        if self.placed_len.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let mut inbox = self.lock_inbox();
+        let task = inbox.placed.pop_front();
+        self.placed_len.store(inbox.placed.len(), Ordering::Relaxed);
+        task
     }
 
     pub(crate) fn notify(&self) {
@@ -197,7 +255,9 @@ impl RuntimeBuilder {
                 let io = unsafe { super::io::Reactor::new(&poller)? };
                 Ok(Arc::new(Remote {
                     index,
-                    woken: Mutex::new(Vec::new()),
+                    inbox: Mutex::default(),
+                    placed_len: AtomicUsize::new(0),
+                    thread: std::sync::OnceLock::new(),
                     flags: SleepFlags::new(),
                     poller,
                     resumes: AtomicU64::new(0),
@@ -327,15 +387,14 @@ impl Runtime {
         }
     }
 
-    /// Spawns a task on this runtime from any thread.
+    /// Spawns a task on this runtime from any thread or task (see [`Handle::spawn`]).
     #[track_caller]
     pub fn spawn<F, T>(&self, f: F) -> JoinHandle<T>
     where
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        let _enter = self.handle().enter();
-        crate::task::spawn(f)
+        self.handle().spawn(f)
     }
 
     /// A handle for spawning onto this runtime from other threads.
@@ -360,15 +419,21 @@ impl Drop for Runtime {
         if let Some(monitor) = self.monitor.take() {
             monitor.stop();
         }
-        self.shared.blocking.shut_down();
         self.shared.shutdown.store(true, Ordering::SeqCst);
         for remote in &self.shared.remotes {
             remote.notify();
+            // A task that blocks its worker's thread while panicking re-parks in the
+            // shutdown mode (worker.rs, "Parking while panicking").
+            if let Some(thread) = remote.thread.get() {
+                thread.unpark();
+            }
         }
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
         self.shared.cancel_injected();
+        // Last: destructors of cancelled tasks may still call `spawn_blocking` (step 3).
+        self.shared.blocking.shut_down();
     }
 }
 
@@ -388,21 +453,33 @@ pub struct Handle {
 }
 
 impl Handle {
-    /// Makes `weft::spawn` on this thread spawn onto this runtime until the guard drops.
+    /// Makes `weft::spawn` on this plain thread spawn onto this runtime until the guard drops.
+    ///
+    /// In a task it changes nothing: `weft::spawn` there always spawns onto the task's own
+    /// runtime (use [`Handle::spawn`] for another one). Guards must be dropped in the reverse
+    /// order of their creation, on the thread that made them (the guard is not `Send`).
     pub fn enter(&self) -> EnterGuard {
-        let previous = worker::enter(Some(self.clone()));
-        EnterGuard { previous }
+        EnterGuard {
+            token: worker::enter(self.clone()),
+            _not_send: std::marker::PhantomData,
+        }
     }
 
-    /// Spawns a task on this runtime.
+    /// Spawns a task on this runtime, from any thread or task, with this runtime's default
+    /// stack size.
+    ///
+    /// # Panics
+    /// When no stack can be had (see [`crate::task::Builder::spawn`]).
     #[track_caller]
     pub fn spawn<F, T>(&self, f: F) -> JoinHandle<T>
     where
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        let _enter = self.enter();
-        crate::task::spawn(f)
+        match crate::task::Builder::new().spawn_on(self, f) {
+            Ok(handle) => handle,
+            Err(e) => panic!("weft: failed to spawn task: {e}"),
+        }
     }
 
     pub(crate) fn submit(&self, task: Task) {
@@ -424,13 +501,25 @@ impl std::fmt::Debug for Handle {
 }
 
 /// Returned by [`Handle::enter`]; restores the previous runtime on drop.
+///
+/// Not `Send`: it undoes a change to its own thread.
+///
+/// ```compile_fail
+/// fn must_be_send<T: Send>(_: T) {}
+/// let runtime = weft::Runtime::new().unwrap();
+/// must_be_send(runtime.handle().enter());
+/// ```
 pub struct EnterGuard {
-    previous: Option<Handle>,
+    /// `None` when entered from a task (a no-op there).
+    token: Option<worker::EnterToken>,
+    _not_send: std::marker::PhantomData<*const ()>,
 }
 
 impl Drop for EnterGuard {
     fn drop(&mut self) {
-        worker::enter(self.previous.take());
+        if let Some(token) = self.token.take() {
+            worker::exit(token);
+        }
     }
 }
 

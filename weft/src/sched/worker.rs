@@ -48,8 +48,9 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 thread_local! {
     /// The worker this thread is, or null.
     static WORKER: Cell<*const Worker> = const { Cell::new(ptr::null()) };
-    /// The runtime this plain thread entered with `Handle::enter`.
-    static ENTERED: RefCell<Option<Handle>> = const { RefCell::new(None) };
+    /// The runtimes this plain thread entered with `Handle::enter`, oldest first; the last
+    /// is the one it spawns onto.
+    static ENTERED: RefCell<Vec<Handle>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The worker of the current thread, if it is one.
@@ -85,12 +86,23 @@ pub(crate) fn current_task() -> Option<Task> {
 }
 
 /// Switches from the running task back to its worker; false if not in a task.
+///
+/// A yield while the thread is panicking does not switch (see "Parking while panicking").
 #[inline]
 pub(crate) fn suspend_current(reason: Suspend) -> bool {
     let Some(header) = current_header() else {
         return false;
     };
-    suspend(header, reason);
+    if std::thread::panicking() && !shutting_down() {
+        std::thread::yield_now();
+    } else {
+        // A yield is a cancellation point like a park: a loop that only yields still ends
+        // at shutdown.
+        header.unwinding.set(std::thread::panicking());
+        unwind_if_cancelled(header);
+        suspend(header, reason);
+        unwind_if_cancelled(header);
+    }
     true
 }
 
@@ -109,13 +121,64 @@ pub(crate) fn park_current_task() -> bool {
     let Some(header) = current_header() else {
         return false;
     };
-    unwind_if_cancelled(header);
-    if !header.park.take_token() {
-        suspend(header, Suspend::Park);
-        header.park.resumed();
-        unwind_if_cancelled(header);
-    }
+    park_task(header, None);
     true
+}
+
+/// Parks the running task until unparked or, when it blocks its thread, until `deadline`
+/// (a switched-out task's deadline is a timer entry: `park_current_task_until`).
+#[inline]
+fn park_task(header: &Header, deadline: Option<Instant>) {
+    // Whether this task is unwinding, for the checks after it resumes: only now is the
+    // thread's panic state surely its own ("Parking while panicking").
+    let panicking = std::thread::panicking();
+    header.unwinding.set(panicking);
+    unwind_if_cancelled(header);
+    if header.park.take_token() {
+        return;
+    }
+    if panicking && !shutting_down() {
+        block_thread(header, deadline);
+    } else {
+        suspend(header, Suspend::Park);
+    }
+    header.park.resumed();
+    unwind_if_cancelled(header);
+}
+
+/// Whether the runtime of the current worker is shutting down.
+fn shutting_down() -> bool {
+    current_worker().is_some_and(|w| w.shared.shutdown.load(Ordering::Relaxed))
+}
+
+/// "Parking while panicking": the task does not switch out but parks its worker's OS thread
+/// until its unpark (park/state.rs invariant 4) or its deadline.
+///
+/// Why: `std::thread::panicking()`, the poisoning of std locks and the panic hook's
+/// re-entrancy guard are per OS thread. A task that switched out in the middle of an unwind
+/// (a destructor that sends or sleeps) would leave them set for every task its worker ran
+/// meanwhile: their std `MutexGuard`s were poisoned, a panic among them while the first task's
+/// panic hook was parked aborted the process, and shutdown did not recognise them as
+/// cancelled. So for as long as a task is panicking it keeps its thread, as a panicking std
+/// thread does. The price: the worker's other tasks wait until the unwind ends, and a
+/// destructor that waits, during an unwind, for another task of the same worker waits for
+/// good (the monitor reports the worker as stuck) — until shutdown.
+///
+/// At shutdown every task is being cancelled, so an unwinding task switches out as usual and
+/// the worker resumes only tasks that unwind too (a destructor may join a child task that is
+/// itself cancelled): each such task's `unwinding` flag, taken when it parked, says whether it
+/// continues an unwind or starts one (`unwind_if_cancelled`). `Runtime::drop` unparks the
+/// worker threads, so a task blocking one re-parks in that mode.
+#[cold]
+fn block_thread(header: &Header, deadline: Option<Instant>) {
+    if header.park.block_thread() {
+        match deadline {
+            Some(deadline) => {
+                std::thread::park_timeout(deadline.saturating_duration_since(Instant::now()))
+            }
+            None => std::thread::park(),
+        }
+    }
 }
 
 /// Parks the running task until unparked or until `deadline`; false if not in a task.
@@ -126,14 +189,22 @@ pub(crate) fn park_current_task_until(deadline: Instant) -> bool {
     let Some(worker) = current_worker() else {
         return false;
     };
-    let Some(task) = current_task() else {
+    let Some(header) = current_header() else {
         return false;
     };
+    if std::thread::panicking() && !shutting_down() {
+        // The task keeps its thread ("Parking while panicking"): no timer entry, the thread's
+        // own park times out.
+        park_task(header, Some(deadline));
+        return true;
+    }
+    // SAFETY: `header` is the running task's: alive for the whole resume.
+    let task = unsafe { Task::clone_from_ptr(NonNull::from(header)) };
     let seq = worker.timer_seq.get().wrapping_add(1);
     worker.timer_seq.set(seq);
     let key = (deadline, seq);
     worker.timers.borrow_mut().insert(key, task);
-    let parked = park_current_task();
+    park_task(header, None);
     let mut timers = worker.timers.borrow_mut();
     // Entries leave the map only from its front (`fire_timers`) or here: a key below the
     // earliest one left was fired and removed already. Skipping the search then saves a walk
@@ -144,15 +215,27 @@ pub(crate) fn park_current_task_until(deadline: Instant) -> bool {
     {
         timers.remove(&key);
     }
-    parked
+    true
 }
 
 /// A task cancelled by shutdown unwinds at its park (unless it is already unwinding).
 #[inline]
 fn unwind_if_cancelled(header: &Header) {
-    if header.cancelling.get() && !std::thread::panicking() {
+    if header.cancelling.get() && !header.unwinding.get() {
         std::panic::resume_unwind(Box::new(Cancelled));
     }
+}
+
+/// Wakes the OS thread of a task that blocks it (park/state.rs invariant 4).
+#[cold]
+pub(crate) fn wake_blocked(header: &Header) {
+    let home = header
+        .home()
+        .expect("weft: a task blocked its thread before it started");
+    home.thread
+        .get()
+        .expect("weft: a worker's thread is recorded before its tasks run")
+        .unpark();
 }
 
 /// Queues a woken task on its home worker (sched/mod.rs invariant 1).
@@ -197,9 +280,48 @@ pub(crate) fn on_worker_of(shared: &Arc<Shared>) -> bool {
     current_worker().is_some_and(|w| Arc::ptr_eq(&w.shared, shared))
 }
 
-/// Sets the runtime a plain thread spawns onto; returns the previous one.
-pub(crate) fn enter(handle: Option<Handle>) -> Option<Handle> {
-    ENTERED.with(|entered| std::mem::replace(&mut *entered.borrow_mut(), handle))
+/// What `enter` recorded, for `exit`: the guard's place in the thread's stack of entered
+/// runtimes.
+pub(crate) struct EnterToken {
+    depth: usize,
+}
+
+/// Makes `handle` the runtime a plain thread spawns onto (`Handle::enter`); `None` in a task,
+/// where `weft::spawn` always spawns onto the task's own runtime and entering changes
+/// nothing: tasks share their worker's thread, so a thread-local "entered" runtime set by one
+/// task would leak to the others.
+pub(crate) fn enter(handle: Handle) -> Option<EnterToken> {
+    if current_header().is_some() {
+        return None;
+    }
+    let depth = ENTERED.with(|entered| {
+        let mut entered = entered.borrow_mut();
+        entered.push(handle);
+        entered.len()
+    });
+    Some(EnterToken { depth })
+}
+
+/// Undoes `enter`: the thread is left in the runtime it was in before that guard's `enter`.
+///
+/// # Panics
+/// When a guard is dropped while guards entered after it are live (unless already
+/// panicking); those are undone too, so the thread is never left in the wrong runtime, and
+/// their own drops later do nothing.
+pub(crate) fn exit(token: EnterToken) {
+    let in_order = ENTERED.with(|entered| {
+        let mut entered = entered.borrow_mut();
+        // Shorter: an older guard dropped out of order undid this one already (and panicked).
+        let in_order = entered.len() <= token.depth;
+        entered.truncate(token.depth - 1);
+        in_order
+    });
+    if !in_order && !std::thread::panicking() {
+        panic!(
+            "weft: EnterGuard values dropped out of order: guards from Handle::enter must be \
+             dropped in the reverse order of their creation"
+        );
+    }
 }
 
 /// Where a spawn goes: the current worker's deque, or an entered runtime's injector.
@@ -226,9 +348,19 @@ impl Spawner<'_> {
     pub(crate) fn submit(&self, task: Task) {
         match self {
             Spawner::Worker(w) => {
+                if w.shared.shutdown.load(Ordering::Relaxed) {
+                    // A spawn during shutdown (a cancelled task's destructor) is cancelled
+                    // at once, in the spawner's context: workers are stopping, and one that
+                    // already left its loop would never run or cancel it.
+                    cancel_unstarted(&task);
+                    return;
+                }
                 if let Some(other) = w.less_loaded_worker() {
-                    // sched/mod.rs invariant 1 holds: the task has not started.
-                    other.push_woken(task);
+                    // sched/mod.rs invariant 1 holds: the task has not started. A worker
+                    // that closed meanwhile (shutdown) hands it back: cancel it.
+                    if let Err(task) = other.place(task) {
+                        cancel_unstarted(&task);
+                    }
                     return;
                 }
                 w.new_tasks.push(task);
@@ -243,18 +375,28 @@ impl Spawner<'_> {
 /// that worker: a slack, so that short-lived tasks (spawn, run, finish) stay local and cheap.
 const BALANCE_SLACK: usize = 32;
 
-/// Calls `f` with the current runtime's spawner.
+/// Calls `f` with the spawner of `target`, or of the current runtime when `target` is `None`:
+/// the running task's runtime, else the one this plain thread entered.
+///
+/// A spawn aimed at a runtime (`Runtime::spawn`, `Handle::spawn`, `block_on`) goes to that
+/// runtime even from a task of another one: to its injector, with its stack size.
 ///
 /// # Panics
-/// Outside a runtime.
+/// Outside a runtime, when `target` is `None`.
 pub(crate) fn with_spawner<R>(
     site: &'static Location<'static>,
+    target: Option<&Handle>,
     f: impl FnOnce(&Spawner<'_>) -> R,
 ) -> R {
     if let Some(worker) = current_worker() {
-        return f(&Spawner::Worker(worker));
+        if target.is_none_or(|h| Arc::ptr_eq(&h.shared, &worker.shared)) {
+            return f(&Spawner::Worker(worker));
+        }
     }
-    let handle = ENTERED.with(|entered| entered.borrow().clone());
+    if let Some(handle) = target {
+        return f(&Spawner::Handle(handle));
+    }
+    let handle = ENTERED.with(|entered| entered.borrow().last().cloned());
     match handle {
         Some(handle) => f(&Spawner::Handle(&handle)),
         None => panic!(
@@ -321,11 +463,32 @@ impl Worker {
     }
 
     /// The worker thread's body.
+    ///
+    /// User code runs only inside tasks, each under its own `catch_unwind` (task/cell.rs), so
+    /// a panic that reaches this loop is weft's own bug. It aborts: unwinding would end the
+    /// thread, destroy its thread-locals, and leave its suspended tasks to be dropped on
+    /// another thread (task/mod.rs invariant 1).
     pub(crate) fn run(self) {
         let _alt_stack = stack::AltStack::install();
+        let _ = self.remote.thread.set(std::thread::current());
         WORKER.with(|w| w.set(&self));
-        self.main_loop();
-        self.shut_down();
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.main_loop();
+            self.shut_down();
+        }));
+        if let Err(payload) = outcome {
+            let message = payload
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+                .unwrap_or("a non-string payload");
+            eprintln!(
+                "weft: worker {}: panic outside any task: {message}",
+                self.index
+            );
+            eprintln!("weft: fatal error: worker loop panicked");
+            std::process::abort();
+        }
         WORKER.with(|w| w.set(ptr::null()));
     }
 
@@ -390,8 +553,13 @@ impl Worker {
             }
         }
         if self.remote.flags.take_pushed() {
-            let mut woken = self.remote.woken.lock().unwrap_or_else(|e| e.into_inner());
-            self.ready.borrow_mut().extend(woken.drain(..));
+            let mut inbox = self.remote.lock_inbox();
+            self.ready.borrow_mut().extend(inbox.woken.drain(..));
+            // Placed tasks join this worker's own deque, where thieves can still reach them.
+            for task in inbox.placed.drain(..) {
+                self.new_tasks.push(task);
+            }
+            self.remote.placed_len.store(0, Ordering::Relaxed);
         }
         // Alternate which local queue goes first, so that a task that keeps yielding cannot
         // starve never-started tasks, nor a spawning loop the tasks it woke.
@@ -441,7 +609,8 @@ impl Worker {
         }
     }
 
-    /// Steals never-started tasks (sched/mod.rs invariant 1: only those are in deques).
+    /// Steals never-started tasks (sched/mod.rs invariant 1: only those are in deques and
+    /// in inboxes' `placed`).
     fn steal_from_workers(&self) -> Option<Task> {
         let stealers = &self.shared.stealers;
         let start = self.tick.get() as usize;
@@ -449,6 +618,10 @@ impl Worker {
             let victim = (start + i) % stealers.len();
             if victim == self.index {
                 continue;
+            }
+            // Placed there by a spawn, not yet taken by that worker (it may be busy).
+            if let Some(task) = self.shared.remotes[victim].take_placed() {
+                return Some(task);
             }
             loop {
                 match stealers[victim].steal_batch_and_pop(&self.new_tasks) {
@@ -492,8 +665,11 @@ impl Worker {
                 .shared
                 .stealers
                 .iter()
+                .zip(&self.shared.remotes)
                 .enumerate()
-                .any(|(i, s)| i != self.index && !s.is_empty())
+                .any(|(i, (s, r))| {
+                    i != self.index && (!s.is_empty() || r.placed_len.load(Ordering::Relaxed) > 0)
+                })
             || self.shared.shutdown.load(Ordering::Relaxed)
     }
 
@@ -711,18 +887,31 @@ impl Worker {
         let mut last_progress = Instant::now();
         loop {
             if let Some(task) = self.next_task() {
-                // SAFETY: as in `run_task`: popped from a queue, so ours alone.
-                if let RunState::New { .. } = unsafe { task.header().run_state() } {
-                    // Step 2: never started: drop its closure, tell its joiner.
-                    cancel_unstarted(&task);
-                } else {
-                    self.run_task(task);
-                }
+                // Step 2 for a never-started task: it runs only to drop its closure, on its
+                // own stack (task/cell.rs), and tell its joiner. Started ones unwind.
+                task.header().cancelling.set(true);
+                self.run_task(task);
                 last_progress = Instant::now();
                 continue;
             }
             if self.live.borrow().is_empty() {
-                break;
+                // Close the inbox, then take what arrived before it closed; after that,
+                // placers and wakers keep their tasks (`Remote::place`, `push_woken`).
+                let mut inbox = self.remote.lock_inbox();
+                inbox.closed = true;
+                let placed: Vec<Task> = inbox.placed.drain(..).collect();
+                self.remote.placed_len.store(0, Ordering::Relaxed);
+                let woken = std::mem::take(&mut inbox.woken);
+                drop(inbox);
+                drop(woken);
+                if placed.is_empty() {
+                    break;
+                }
+                for task in placed {
+                    task.header().cancelling.set(true);
+                    self.run_task(task);
+                }
+                continue;
             }
             if last_progress.elapsed() > SHUTDOWN_GRACE {
                 self.leak_live_tasks();
@@ -742,11 +931,12 @@ impl Worker {
             let state = unsafe { task.header().run_state() };
             if let RunState::Started { coroutine, .. } = std::mem::replace(state, RunState::Done) {
                 std::mem::forget(coroutine);
+                task.abandon();
             }
         }
         eprintln!(
             "weft: worker {}: {count} task(s) parked while unwinding at shutdown and were never \
-             woken; their stacks are leaked",
+             woken; their stacks are leaked and their joins return an error",
             self.index
         );
     }

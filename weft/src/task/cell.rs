@@ -28,11 +28,12 @@
 //! `Arc` from the vtable's alignment, and `Arc` kept a weak count no one uses.
 
 use std::alloc::Layout;
+use std::any::Any;
 use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
 
-use super::join::{JoinSlot, CANCELLED};
+use super::join::{Completion, JoinSlot, CANCELLED, LEAKED};
 use super::{Cancelled, Header};
 use crate::park::Waiter;
 
@@ -43,6 +44,9 @@ pub(crate) struct CellVtable {
     pub(crate) run: unsafe fn(NonNull<Header>) -> Option<Waiter>,
     /// Drops the closure of a task that never started and tells its joiner (invariant 1).
     pub(crate) cancel: unsafe fn(NonNull<Header>),
+    /// Tells the joiner of a started task whose frames are leaked at shutdown, never to run
+    /// again, that it will not finish (invariant 2: it never completes otherwise).
+    pub(crate) abandon: unsafe fn(NonNull<Header>),
     /// Drops the cell and frees its memory (invariant 3).
     pub(crate) free: unsafe fn(NonNull<Header>),
 }
@@ -63,6 +67,7 @@ where
     const VTABLE: CellVtable = CellVtable {
         run: Self::run,
         cancel: Self::cancel,
+        abandon: Self::abandon,
         free: Self::free,
     };
 
@@ -86,12 +91,26 @@ where
         // SAFETY: the caller's contract.
         let cell = unsafe { Self::from_header(header) };
         let body = cell.take_body().expect("weft: task body run twice");
-        match catch_unwind(AssertUnwindSafe(body)) {
-            // Shutdown unwound this task at a park: its frames are gone, tell the joiner.
-            Err(payload) if payload.is::<Cancelled>() => {
-                cell.join.complete(Err(Box::new(CANCELLED)))
+        let result = if cell.header.cancelling.get() {
+            // Cancelled before it ever ran (shutdown step 2): the closure is dropped here, on
+            // the task's own stack, like any of its destructors.
+            drop_in_task(body);
+            Err(Box::new(CANCELLED) as Box<dyn Any + Send>)
+        } else {
+            match catch_unwind(AssertUnwindSafe(body)) {
+                // Shutdown unwound this task at a park: its frames are gone, tell the joiner.
+                Err(payload) if payload.is::<Cancelled>() => Err(Box::new(CANCELLED) as _),
+                result => result,
             }
-            result => cell.join.complete(result),
+        };
+        match cell.join.complete(result) {
+            Completion::Joined(joiner) => joiner,
+            // No handle: the result (or panic payload) is dropped here, still in the task
+            // (join.rs invariant 4).
+            Completion::Detached(result) => {
+                drop_in_task(result);
+                None
+            }
         }
     }
 
@@ -100,9 +119,24 @@ where
     unsafe fn cancel(header: NonNull<Header>) {
         // SAFETY: the caller's contract.
         let cell = unsafe { Self::from_header(header) };
-        drop(cell.take_body());
-        if let Some(joiner) = cell.join.complete(Err(Box::new(CANCELLED))) {
-            joiner.wake();
+        drop_in_task(cell.take_body());
+        cell.complete_without_result(CANCELLED);
+    }
+
+    /// # Safety
+    /// As [`CellVtable::abandon`]: the caller is the task's worker, and the task's coroutine
+    /// is forgotten, so it never completes the join slot itself.
+    unsafe fn abandon(header: NonNull<Header>) {
+        // SAFETY: the caller's contract.
+        let cell = unsafe { Self::from_header(header) };
+        cell.complete_without_result(LEAKED);
+    }
+
+    /// Completes the join slot with an error payload and wakes the joiner.
+    fn complete_without_result(&self, why: &'static str) {
+        match self.join.complete(Err(Box::new(why))) {
+            Completion::Joined(Some(joiner)) => joiner.wake(),
+            Completion::Joined(None) | Completion::Detached(_) => {}
         }
     }
 
@@ -115,6 +149,21 @@ where
         unsafe {
             cell.drop_in_place();
             std::alloc::dealloc(cell.cast(), Layout::new::<Self>());
+        }
+    }
+}
+
+/// Drops `value`, catching a panic of its `Drop` as a task's panic is caught: the panic hook
+/// has reported it, and the worker goes on. A payload whose own `Drop` panics too is leaked
+/// with a message rather than dropped again.
+///
+/// Called on the task's stack for a result or closure no one else will drop (join.rs
+/// invariant 4), and by `cancel` for a closure that never ran.
+pub(crate) fn drop_in_task<V>(value: V) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(value))) {
+        if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+            eprintln!("weft: a panic payload panicked when dropped; leaking it");
+            std::mem::forget(again);
         }
     }
 }

@@ -4,7 +4,9 @@
 //!
 //! ```text
 //!   EMPTY ──join: waiter stored, CAS──► WAITING ──complete: swap──► DONE (wake the waiter)
-//!     └────────────────complete: swap──────────────────────────────► DONE (no one to wake)
+//!     ├────────────────complete: swap──────────────────────────────► DONE (no one to wake)
+//!     └──handle dropped: swap──► DETACHED ──complete: swap──► DONE (the task drops the result)
+//!   DONE ──handle dropped: swap──► DETACHED (the dropper drops the result)
 //! ```
 //!
 //! Invariants:
@@ -15,6 +17,12 @@
 //! 3. The slot is completed exactly once, by the task's cell (task/cell.rs invariant 2):
 //!    with its result, or with [`CANCELLED`] when it was dropped before it ran or unwound
 //!    at shutdown.
+//! 4. A result no one will join is dropped by user code's own context, never by a worker
+//!    between tasks: a handle dropped before completion (DETACHED) makes `complete` hand the
+//!    result back to the task, which drops it on its own stack (task/cell.rs); a handle
+//!    dropped after completion takes the result and drops it itself, like
+//!    `std::thread::JoinHandle`. So a result's `Drop` that panics is caught like a task's
+//!    panic, and one that blocks parks its task instead of blocking a worker thread.
 //!
 //! Checked by `src/tests/loom_join.rs`.
 
@@ -35,9 +43,24 @@ const EMPTY: u8 = 0;
 const WAITING: u8 = 1;
 /// The result is in.
 const DONE: u8 = 2;
+/// The handle was dropped: no one will join (invariant 4).
+const DETACHED: u8 = 3;
+
+/// What `complete` leaves to its caller.
+pub(crate) enum Completion<T> {
+    /// The result is stored; wake this joiner, if one waits.
+    Joined(Option<Waiter>),
+    /// The handle is gone: the caller drops the result (invariant 4).
+    Detached(thread::Result<T>),
+}
 
 /// The payload `join` returns for a task that never finished because its runtime shut down.
 pub(crate) const CANCELLED: &str = "weft: task cancelled: its runtime shut down";
+/// The payload `join` returns for a task that parked again while being cancelled at shutdown
+/// and was never woken: its stack is leaked, it will never finish.
+#[cfg(not(loom))]
+pub(crate) const LEAKED: &str =
+    "weft: task leaked: it parked while being cancelled at shutdown and was never woken";
 
 pub(crate) struct JoinSlot<T> {
     state: AtomicU8,
@@ -61,15 +84,37 @@ impl<T> JoinSlot<T> {
         }
     }
 
-    /// Stores the result; returns the joiner to wake, if one waits. Called once (invariant 3).
-    pub(crate) fn complete(&self, result: thread::Result<T>) -> Option<Waiter> {
+    /// Stores the result; returns the joiner to wake, or the result itself when the handle
+    /// is gone. Called once (invariant 3).
+    pub(crate) fn complete(&self, result: thread::Result<T>) -> Completion<T> {
         // SAFETY: invariant 1: the single completion writes before publishing DONE.
         unsafe { *self.result.get() = Some(result) };
-        // AcqRel: Release publishes `result` (pairs with the joiner's Acquire loads); Acquire
-        // pairs with the joiner's CAS to WAITING so its `waiter` write is visible.
-        if self.state.swap(DONE, Ordering::AcqRel) == WAITING {
+        // AcqRel: Release publishes `result` (pairs with the joiner's Acquire loads and with
+        // `detach`'s swap); Acquire pairs with the joiner's CAS to WAITING so its `waiter`
+        // write is visible, and with `detach`'s swap.
+        match self.state.swap(DONE, Ordering::AcqRel) {
             // SAFETY: invariant 2: the joiner wrote it before WAITING and no longer touches it.
-            unsafe { (*self.waiter.get()).take() }
+            WAITING => Completion::Joined(unsafe { (*self.waiter.get()).take() }),
+            DETACHED => {
+                // SAFETY: invariant 1 and 4: the handle is gone, so no joiner reads `result`;
+                // it was written by this call.
+                let result = unsafe { (*self.result.get()).take() };
+                Completion::Detached(result.expect("weft: join slot lost its result"))
+            }
+            _ => Completion::Joined(None),
+        }
+    }
+
+    /// The handle is dropped without joining: returns the result if the task already
+    /// completed (the caller drops it), else leaves it to the completion (invariant 4).
+    pub(crate) fn detach(&self) -> Option<thread::Result<T>> {
+        // AcqRel: Acquire pairs with the Release of `complete`'s swap, so a result it stored
+        // is visible; Release pairs with its Acquire, so the completion sees DETACHED after
+        // everything the handle did.
+        if self.state.swap(DETACHED, Ordering::AcqRel) == DONE {
+            // SAFETY: invariant 1: DONE was observed with Acquire; the completion is finished
+            // and no joiner exists any more.
+            unsafe { (*self.result.get()).take() }
         } else {
             None
         }
@@ -138,7 +183,12 @@ impl<T: 'static> JoinHandle<T> {
     ///
     /// From a task this parks only the task; from a plain OS thread it blocks the thread.
     pub fn join(self) -> thread::Result<T> {
-        self.slot().wait(Waiter::current, crate::park::park_current)
+        // The result is taken here, so `Drop`'s detach step has nothing to do: skip it.
+        let this = std::mem::ManuallyDrop::new(self);
+        let result = this.slot().wait(Waiter::current, crate::park::park_current);
+        // SAFETY: `this` is never used or dropped again; its task reference is dropped once.
+        drop(unsafe { std::ptr::read(&this.task) });
+        result
     }
 
     /// Whether the task has finished (its result is ready to join).
@@ -154,6 +204,17 @@ impl<T: 'static> JoinHandle<T> {
     /// The task's id.
     pub fn id(&self) -> TaskId {
         self.task().id()
+    }
+}
+
+#[cfg(not(loom))]
+impl<T> Drop for JoinHandle<T> {
+    /// Detaches the task (invariant 4): a result already in is dropped here, in the
+    /// dropper's context; one still to come is dropped by the task itself.
+    fn drop(&mut self) {
+        // SAFETY: as in `slot`.
+        let slot: &JoinSlot<T> = unsafe { super::cell::join_slot(self.task.as_ptr()) };
+        drop(slot.detach());
     }
 }
 

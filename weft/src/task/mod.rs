@@ -10,7 +10,7 @@
 //! | `park`       | anyone, through the protocol in `park/state.rs`                      |
 //! | `home`       | written once by the first worker to run the task, before the task runs; read by wakers only after they saw the task PARKED (invariant 2) |
 //! | `run`        | the task's worker only (invariant 1)                                  |
-//! | `yielder`, `cancelling` | the task's worker and the task itself, on that worker's thread |
+//! | `yielder`, `cancelling`, `unwinding` | the task's worker and the task itself, on that worker's thread |
 //!
 //! Invariants:
 //! 1. A task that has started runs on one OS thread for its whole life: its coroutine is
@@ -51,7 +51,7 @@ use std::sync::Arc;
 
 use corosensei::{Coroutine, Yielder};
 
-use crate::park::state::ParkState;
+use crate::park::state::{ParkState, Unpark};
 use crate::park::Waiter;
 use crate::sched::{self, Remote};
 use crate::stack::{self, SizeClass, Slot};
@@ -101,6 +101,9 @@ pub(crate) struct Header {
     run: UnsafeCell<RunState>,
     pub(crate) yielder: Cell<*const Yielder<(), Suspend>>,
     pub(crate) cancelling: Cell<bool>,
+    /// The task was unwinding when it last parked (sched/worker.rs, "Parking while
+    /// panicking").
+    pub(crate) unwinding: Cell<bool>,
 }
 
 // SAFETY: the fields that are not Sync on their own are confined as the table in the module
@@ -227,6 +230,12 @@ impl Task {
         unsafe { (self.header().vtable.cancel)(self.header) }
     }
 
+    /// Tells the joiner of a started task leaked at shutdown that it will never finish.
+    pub(crate) fn abandon(&self) {
+        // SAFETY: as in `run`; the caller is the task's worker and forgot its coroutine.
+        unsafe { (self.header().vtable.abandon)(self.header) }
+    }
+
     /// The raw header pointer, for a worker's "current task" (it keeps the task alive
     /// meanwhile) and for waiters that hold it while the task is blocked.
     #[inline]
@@ -276,10 +285,8 @@ impl Task {
     /// Makes the task's next (or current) [`park`] return, like `std::thread::Thread::unpark`.
     /// The task is scheduled on the worker it lives on. Callable from any thread.
     pub fn unpark(&self) {
-        if self.header().park.unpark() {
-            // SAFETY: this unpark saw PARKED, so it owns the parked reference (invariant 4).
-            sched::schedule_woken(unsafe { Task::from_parked(self.as_ptr()) });
-        }
+        // SAFETY: this handle keeps the task alive.
+        unsafe { unpark_ptr(self.as_ptr()) }
     }
 
     /// The worker, after `publish_parked` succeeded: hands this queue reference to the park
@@ -301,6 +308,23 @@ impl Task {
 
     pub(crate) fn ptr_eq(&self, other: &Task) -> bool {
         self.header == other.header
+    }
+}
+
+/// Delivers an unpark to the task behind `ptr`: schedules it if it was parked, or wakes its
+/// OS thread if it blocks it (park/state.rs invariants 3 and 4).
+///
+/// # Safety
+/// `ptr` must point at the header of a task that stays alive for the call.
+#[inline]
+pub(crate) unsafe fn unpark_ptr(ptr: NonNull<Header>) {
+    // SAFETY: the caller's contract.
+    let header = unsafe { ptr.as_ref() };
+    match header.park.unpark() {
+        Unpark::Nothing => {}
+        // SAFETY: this unpark saw PARKED, so it owns the parked reference (invariant 4).
+        Unpark::Schedule => sched::schedule_woken(unsafe { Task::from_parked(ptr) }),
+        Unpark::WakeThread => sched::wake_blocked(header),
     }
 }
 
@@ -400,7 +424,7 @@ impl Builder {
     }
 
     /// The task's stack size in bytes, guard page included; rounded up to a power of two of at
-    /// least 16 KiB (see `weft::stack`). Default: the runtime's, 256 KiB unless set.
+    /// least 32 KiB (see `weft::stack`). Default: the runtime's, 256 KiB unless set.
     pub fn stack_size(mut self, bytes: usize) -> Builder {
         self.stack_size = Some(bytes);
         self
@@ -421,8 +445,34 @@ impl Builder {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        let spawn_site = Location::caller();
-        sched::with_spawner(spawn_site, |spawner| {
+        self.spawn_at(None, Location::caller(), f)
+    }
+
+    /// Like [`Builder::spawn`], but onto the runtime behind `handle`, whatever runtime (if
+    /// any) the caller runs in; the default stack size is that runtime's.
+    ///
+    /// # Errors
+    /// As [`Builder::spawn`].
+    #[track_caller]
+    pub fn spawn_on<F, T>(self, handle: &crate::Handle, f: F) -> io::Result<JoinHandle<T>>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        self.spawn_at(Some(handle), Location::caller(), f)
+    }
+
+    fn spawn_at<F, T>(
+        self,
+        target: Option<&crate::Handle>,
+        spawn_site: &'static Location<'static>,
+        f: F,
+    ) -> io::Result<JoinHandle<T>>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        sched::with_spawner(spawn_site, target, |spawner| {
             let class = match self.stack_size {
                 Some(bytes) => SizeClass::for_size(bytes)?,
                 None => spawner.default_class(),
@@ -441,6 +491,7 @@ impl Builder {
                 run: UnsafeCell::new(RunState::New { slot }),
                 yielder: Cell::new(std::ptr::null()),
                 cancelling: Cell::new(false),
+                unwinding: Cell::new(false),
             };
             let header = cell::allocate(header, f);
             // `allocate` made the cell with two references, one for each handle.
@@ -492,9 +543,13 @@ where
 /// I/O, a blocking C library, a long computation) without stalling the worker. A panic in `f`
 /// resumes in the caller. On a plain OS thread, `f` runs right there.
 ///
+/// Usable until the runtime's shutdown has finished, so the destructors of tasks cancelled at
+/// shutdown may call it too.
+///
 /// # Panics
 /// With `f`'s panic, or when the runtime is out of OS threads
-/// ([`crate::RuntimeBuilder::max_threads`]); [`try_spawn_blocking`] returns that as an error.
+/// ([`crate::RuntimeBuilder::max_threads`]) or cannot start one; [`try_spawn_blocking`]
+/// returns those as errors.
 #[track_caller]
 pub fn spawn_blocking<F, T>(f: F) -> T
 where
@@ -510,7 +565,7 @@ where
 /// Like [`spawn_blocking`], but running out of OS threads is an error, not a panic.
 ///
 /// # Errors
-/// When the runtime reached its `max_threads`, is shutting down, or cannot start a thread.
+/// When the runtime reached its `max_threads` or cannot start a thread.
 pub fn try_spawn_blocking<F, T>(f: F) -> io::Result<T>
 where
     F: FnOnce() -> T + Send + 'static,

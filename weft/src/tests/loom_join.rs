@@ -4,7 +4,7 @@
 use loom::sync::Arc;
 use loom::thread;
 
-use crate::join::{JoinSlot, CANCELLED};
+use crate::join::{Completion, JoinSlot, CANCELLED};
 use crate::park::{park_current, Waiter};
 
 fn model(result: fn() -> std::thread::Result<usize>, check: fn(std::thread::Result<usize>)) {
@@ -13,7 +13,7 @@ fn model(result: fn() -> std::thread::Result<usize>, check: fn(std::thread::Resu
         let task = {
             let slot = slot.clone();
             thread::spawn(move || {
-                if let Some(waiter) = slot.complete(result()) {
+                if let Completion::Joined(Some(waiter)) = slot.complete(result()) {
                     waiter.wake();
                 }
             })
@@ -34,4 +34,31 @@ fn loom_join_cancellation_reaches_the_joiner() {
         || Err(Box::new(CANCELLED)),
         |r| assert_eq!(r.unwrap_err().downcast_ref::<&str>(), Some(&CANCELLED)),
     );
+}
+
+/// A result no one joins is dropped exactly once: by the completion when the handle left
+/// first, else by the handle (join.rs invariant 4).
+#[test]
+fn loom_join_detached_result_is_dropped_once() {
+    use loom::sync::atomic::{AtomicUsize, Ordering};
+    struct Counted(Arc<AtomicUsize>);
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    loom::model(|| {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let slot = Arc::new(JoinSlot::<Counted>::new());
+        let task = {
+            let (slot, drops) = (slot.clone(), drops.clone());
+            thread::spawn(move || match slot.complete(Ok(Counted(drops))) {
+                Completion::Detached(result) => drop(result),
+                Completion::Joined(waiter) => assert!(waiter.is_none()),
+            })
+        };
+        drop(slot.detach());
+        task.join().unwrap();
+        assert_eq!(drops.load(Ordering::Relaxed), 1);
+    });
 }

@@ -5,7 +5,7 @@ use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 
-use crate::park::state::ParkState;
+use crate::park::state::{ParkState, Unpark};
 
 /// The task (and its worker's after-switch step, which runs on the same thread) parks until a
 /// condition holds; `wakers` threads set it and unpark.
@@ -25,7 +25,7 @@ fn model(wakers: usize) {
                 thread::spawn(move || {
                     // Relaxed: the protocol itself must carry the visibility.
                     condition.fetch_add(1, Ordering::Relaxed);
-                    if state.unpark() {
+                    if state.unpark() == Unpark::Schedule {
                         // "Schedule": hand the task back to its worker.
                         scheduled.fetch_add(1, Ordering::Release);
                         task_thread.unpark();
@@ -78,12 +78,46 @@ fn loom_park_token_before_park_returns_at_once() {
             let (state, done) = (state.clone(), done.clone());
             thread::spawn(move || {
                 done.store(true, Ordering::Relaxed);
-                assert!(!state.unpark(), "a running task must not be scheduled");
+                assert_eq!(
+                    state.unpark(),
+                    Unpark::Nothing,
+                    "a running task must not be scheduled"
+                );
             })
         };
         waker.join().unwrap();
         // The unpark came first: parking consumes the token without switching out.
         assert!(state.take_token());
         assert!(done.load(Ordering::Relaxed));
+    });
+}
+
+/// A task that blocks its thread instead of switching out (it parks while panicking) is woken
+/// by the one unpark that sees BLOCKED, whether it comes before or after the block.
+#[test]
+fn loom_park_blocked_thread_is_woken() {
+    loom::model(|| {
+        let state = Arc::new(ParkState::new());
+        let done = Arc::new(AtomicBool::new(false));
+        let task_thread = thread::current();
+        let waker = {
+            let (state, done) = (state.clone(), done.clone());
+            thread::spawn(move || {
+                done.store(true, Ordering::Relaxed);
+                if state.unpark() == Unpark::WakeThread {
+                    task_thread.unpark();
+                }
+            })
+        };
+        while !done.load(Ordering::Relaxed) {
+            if state.take_token() {
+                continue;
+            }
+            if state.block_thread() {
+                thread::park(); // a lost wake deadlocks here, which loom reports
+            }
+            state.resumed();
+        }
+        waker.join().unwrap();
     });
 }
