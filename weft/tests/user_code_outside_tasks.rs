@@ -27,6 +27,17 @@ impl Drop for Bomb {
     }
 }
 
+/// Spawns `f` and drops its handle before it can finish, so the task itself drops the result
+/// (a handle dropped after the task finished drops it where it is dropped, as with std).
+fn detached<T: Send + 'static>(rt: &weft::Runtime, f: impl FnOnce() -> T + Send + 'static) {
+    let (gate_tx, gate_rx) = weft::chan::bounded::<()>(0);
+    drop(rt.spawn(move || {
+        let _ = gate_rx.recv();
+        f()
+    }));
+    drop(gate_tx);
+}
+
 #[test]
 fn a_panicking_result_drop_keeps_the_worker_and_its_tasks_on_their_thread() {
     quiet_panics();
@@ -57,7 +68,7 @@ fn a_panicking_result_drop_keeps_the_worker_and_its_tasks_on_their_thread() {
     };
     let worker_thread = started_rx.recv().unwrap();
     // The result's Drop panics; before, this unwound the worker loop and ended the thread.
-    drop(rt.spawn(|| Bomb));
+    detached(&rt, || Bomb);
     std::thread::sleep(Duration::from_millis(100));
     // The only worker still runs tasks.
     let alive = rt.spawn(|| 7);
@@ -72,7 +83,7 @@ fn a_panicking_result_drop_keeps_the_worker_and_its_tasks_on_their_thread() {
 fn a_panic_payload_whose_drop_panics_keeps_the_worker() {
     quiet_panics();
     let rt = weft::Runtime::builder().workers(1).build().unwrap();
-    drop(rt.spawn(|| std::panic::panic_any(Bomb)));
+    detached(&rt, || std::panic::panic_any(Bomb));
     // Joined, the payload's drop is the joiner's business, as with std.
     let joined = rt.spawn(|| std::panic::panic_any(Bomb)).join();
     let payload = joined.unwrap_err();
@@ -94,7 +105,7 @@ fn a_result_drop_that_blocks_parks_its_task() {
     }
     // Detached: the result is dropped by the task itself, whose send parks until the
     // receiver, on the same and only worker, takes the value.
-    drop(rt.spawn(move || SendOnDrop(tx)));
+    detached(&rt, move || SendOnDrop(tx));
     std::thread::sleep(Duration::from_millis(50));
     let receiver = rt.spawn(move || rx.recv_timeout(Duration::from_secs(5)));
     assert_eq!(
@@ -188,21 +199,21 @@ fn no_task_is_resumed_unwound_or_dropped_on_another_thread() {
     // A result whose drop panics, detached.
     for _ in 0..20 {
         let l = ledger.clone();
-        drop(rt.spawn(move || {
+        detached(&rt, move || {
             let _w = Witness::new(&l, "result-drop-panics");
             weft::yield_now();
             (Witness::new(&l, "result"), Bomb)
-        }));
+        });
         expected += 2;
     }
     // A panic whose payload panics when dropped, detached.
     for _ in 0..20 {
         let l = ledger.clone();
-        drop(rt.spawn(move || {
+        detached(&rt, move || {
             let _w = Witness::new(&l, "payload-panics");
             weft::yield_now();
             std::panic::panic_any(Bomb)
-        }));
+        });
         expected += 1;
     }
     // Parked at shutdown, some in the middle of an unwind whose destructor sleeps.
@@ -241,4 +252,41 @@ fn no_task_is_resumed_unwound_or_dropped_on_another_thread() {
     for (what, started, dropped) in ledger.iter() {
         assert_eq!(started, dropped, "{what}: dropped on another thread");
     }
+}
+
+#[test]
+fn a_joiner_cancelled_while_it_waits_leaves_the_result_to_the_task() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    struct Counted(Arc<AtomicUsize>);
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let other = weft::Runtime::builder().workers(1).build().unwrap();
+    let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
+    let slow = {
+        let drops = drops.clone();
+        other.spawn(move || {
+            weft::task::spawn_blocking(move || gate_rx.recv().ok());
+            Counted(drops)
+        })
+    };
+    let rt = weft::Runtime::builder().workers(1).build().unwrap();
+    let joiner = rt.spawn(move || slow.join().is_ok());
+    std::thread::sleep(Duration::from_millis(50));
+    // The joiner is cancelled while it waits on a task of the other runtime.
+    drop(rt);
+    assert!(joiner.join().is_err());
+    gate_tx.send(()).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while drops.load(Ordering::SeqCst) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the result was never dropped"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(other);
+    assert_eq!(drops.load(Ordering::SeqCst), 1);
 }

@@ -183,9 +183,11 @@ impl<T: 'static> JoinHandle<T> {
     ///
     /// From a task this parks only the task; from a plain OS thread it blocks the thread.
     pub fn join(self) -> thread::Result<T> {
-        // The result is taken here, so `Drop`'s detach step has nothing to do: skip it.
+        // A joiner cancelled while it waits unwinds out of `wait`: then `self` drops as usual
+        // and detaches, so the task drops its result itself (invariant 4).
+        let result = self.slot().wait(Waiter::current, crate::park::park_current);
+        // The result is taken, so `Drop`'s detach step has nothing to do: skip it.
         let this = std::mem::ManuallyDrop::new(self);
-        let result = this.slot().wait(Waiter::current, crate::park::park_current);
         // SAFETY: `this` is never used or dropped again; its task reference is dropped once.
         drop(unsafe { std::ptr::read(&this.task) });
         result
