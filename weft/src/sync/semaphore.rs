@@ -51,11 +51,15 @@ impl Semaphore {
     }
 
     /// Takes one permit, parking until one is available.
+    ///
+    /// If the waiting task is cancelled (its runtime shuts down), it leaves the queue as if it
+    /// had never waited, and a permit already handed to it goes on to the next waiter.
     pub fn acquire(&self) -> SemaphorePermit<'_> {
         self.acquire_many(1)
     }
 
-    /// Takes `n` permits at once, parking until they are available.
+    /// Takes `n` permits at once, parking until they are available. Waiters are served in
+    /// order, so a large request is not starved, and requests behind it wait for it.
     pub fn acquire_many(&self, n: usize) -> SemaphorePermit<'_> {
         self.raw.acquire(n, crate::park::park_current);
         SemaphorePermit {
