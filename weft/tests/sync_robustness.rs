@@ -1,6 +1,6 @@
-//! weft::sync when a waiter leaves its wait early: a task parked in a lock, a semaphore or a
-//! `Once` is cancelled by runtime shutdown (its park unwinds), and the structure must stay
-//! usable by the plain threads left.
+//! weft::sync when a waiter leaves its wait early: a task parked in a lock, a semaphore, a
+//! condition variable, a barrier or a `Once` is cancelled by runtime shutdown (its park
+//! unwinds), and the structure must stay usable by the plain threads left.
 //!
 //! Every wait that could hang on a broken structure runs under [`bounded`], so a regression is
 //! a test failure, not a stuck CI job.
@@ -11,7 +11,7 @@ use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::Duration;
 
-use weft::sync::{Mutex, Once, RwLock, Semaphore};
+use weft::sync::{Barrier, Condvar, Mutex, Once, RwLock, Semaphore};
 use weft::{JoinHandle, Runtime};
 
 /// How long a wait that should end at once may take before the test fails.
@@ -251,6 +251,74 @@ fn semaphore_permits_granted_to_a_cancelled_task_are_given_back() {
     assert!(sem.try_acquire().is_some());
 }
 
+/// A flag `go` and a flag "a thread waits", under one mutex, and a condvar.
+type Signal = Arc<(Mutex<(bool, bool)>, Condvar)>;
+
+fn wait_for_go(signal: &Signal) {
+    let (m, cv) = &**signal;
+    drop(cv.wait_while(m.lock(), |(go, _)| !*go));
+}
+
+/// A plain thread waits for `go`; it sends on the returned channel when it got it. Returns
+/// once its node is queued: it set its flag under the lock and unlocked only in `wait`, after
+/// queueing (condvar.rs invariant 1).
+fn thread_waits_for_go(signal: &Signal) -> mpsc::Receiver<()> {
+    let (tx, rx) = mpsc::channel();
+    let s2 = signal.clone();
+    thread::spawn(move || {
+        let (m, cv) = &*s2;
+        let mut state = m.lock();
+        state.1 = true;
+        drop(cv.wait_while(state, |(go, _)| !*go));
+        let _ = tx.send(());
+    });
+    let start = std::time::Instant::now();
+    while !signal.0.lock().1 {
+        assert!(start.elapsed() < LIMIT, "the thread never waited");
+        thread::sleep(Duration::from_millis(1));
+    }
+    rx
+}
+
+fn notify_one_go(signal: &Signal) {
+    let (m, cv) = &**signal;
+    m.lock().0 = true;
+    cv.notify_one();
+}
+
+#[test]
+fn condvar_notify_one_reaches_a_thread_after_a_waiting_task_is_cancelled() {
+    let signal = Signal::default();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let rt = rt();
+    let s2 = signal.clone();
+    let task = spawn_started(&rt, &drops, move || wait_for_go(&s2));
+    drop(rt);
+    assert!(cancelled(task));
+    assert_eq!(drops.load(Ordering::SeqCst), 1);
+    let done = thread_waits_for_go(&signal);
+    notify_one_go(&signal);
+    done.recv_timeout(LIMIT)
+        .expect("notify_one never reached the thread waiter");
+}
+
+#[test]
+fn condvar_notification_taken_by_a_cancelled_task_is_passed_on() {
+    let signal = Signal::default();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let rt = rt();
+    let s2 = signal.clone();
+    let task = spawn_started(&rt, &drops, move || wait_for_go(&s2));
+    let done = thread_waits_for_go(&signal);
+    occupy_worker_until_shutdown(&rt);
+    // FIFO: the notification goes to the task, which cannot run before shutdown.
+    notify_one_go(&signal);
+    drop(rt);
+    assert!(cancelled(task));
+    done.recv_timeout(LIMIT)
+        .expect("the notification a cancelled task took was swallowed");
+}
+
 #[test]
 fn once_runs_for_a_thread_after_its_running_and_queued_tasks_are_cancelled() {
     let once = Arc::new(Once::new());
@@ -278,4 +346,29 @@ fn once_runs_for_a_thread_after_its_running_and_queued_tasks_are_cancelled() {
         .expect("a thread waiting on a Once whose tasks were cancelled never returned");
     assert!(ran.load(Ordering::SeqCst), "the thread ran the initialiser");
     assert!(once.is_completed());
+}
+
+/// The documented choice (sync/barrier.rs): an arrival stays counted when its waiter is
+/// cancelled, so the others are not left waiting for a task that will never come back.
+#[test]
+fn barrier_counts_the_arrival_of_a_cancelled_task() {
+    let barrier = Arc::new(Barrier::new(2));
+    let drops = Arc::new(AtomicUsize::new(0));
+    let rt = rt();
+    let b2 = barrier.clone();
+    let task = spawn_started(&rt, &drops, move || {
+        b2.wait();
+    });
+    drop(rt);
+    assert!(cancelled(task));
+    let b2 = barrier.clone();
+    assert!(bounded("barrier wait", move || b2.wait().is_leader()));
+    // The next generation starts from zero.
+    let b2 = barrier.clone();
+    let other = thread::spawn(move || b2.wait().is_leader());
+    let leader = bounded("second generation", {
+        let b2 = barrier.clone();
+        move || b2.wait().is_leader()
+    });
+    assert!(leader ^ other.join().unwrap(), "one leader per generation");
 }

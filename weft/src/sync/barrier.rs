@@ -12,6 +12,10 @@
 //!    while it runs (it unwinds), leaves it incomplete and unlocks the mutex while unwinding,
 //!    so the next caller — one already queued on the mutex included — runs it again; a caller
 //!    cancelled while queued leaves the mutex's queue (sema.rs invariant 4).
+//! 3. A barrier waiter that unwinds out of `wait` (a task cancelled at shutdown) stays counted
+//!    as arrived in its generation; its condvar node leaves the queue (condvar.rs invariant
+//!    3). Its pre-barrier work is done, which is what the others wait for; withdrawing the
+//!    arrival instead would leave them waiting for an `n`th task that may never come.
 //!
 //! May call: `sync::mutex`, `sync::condvar`. Called by: users.
 
@@ -48,7 +52,8 @@ impl Barrier {
         }
     }
 
-    /// Parks until `n` tasks have called `wait` (invariant 1).
+    /// Parks until `n` tasks have called `wait` (invariant 1). A waiter cancelled by its
+    /// runtime's shutdown still counts as arrived (invariant 3).
     pub fn wait(&self) -> BarrierWaitResult {
         let mut state = self.state.lock();
         let generation = state.1;
