@@ -1,6 +1,7 @@
 //! weft::sync when a waiter leaves its wait early: a task parked in a lock, a semaphore, a
 //! condition variable, a barrier or a `Once` is cancelled by runtime shutdown (its park
-//! unwinds), and the structure must stay usable by the plain threads left.
+//! unwinds), and the structure must stay usable by the plain threads left; and the semaphore's
+//! permit limits.
 //!
 //! Every wait that could hang on a broken structure runs under [`bounded`], so a regression is
 //! a test failure, not a stuck CI job.
@@ -371,4 +372,60 @@ fn barrier_counts_the_arrival_of_a_cancelled_task() {
         move || b2.wait().is_leader()
     });
     assert!(leader ^ other.join().unwrap(), "one leader per generation");
+}
+
+#[test]
+fn semaphore_acquire_many_beyond_max_panics_instead_of_hanging() {
+    let sem = Arc::new(Semaphore::new(1));
+    let s2 = sem.clone();
+    let result = bounded("acquire_many(MAX_PERMITS + 1)", move || {
+        catch_unwind(AssertUnwindSafe(|| {
+            drop(s2.acquire_many(Semaphore::MAX_PERMITS + 1))
+        }))
+    });
+    let payload = result.expect_err("acquire_many(MAX_PERMITS + 1) returned");
+    let message = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or_default();
+    assert!(message.contains("MAX_PERMITS"), "message: {message}");
+    // Nothing was queued: later requests are not blocked behind it.
+    assert!(sem.try_acquire_many(Semaphore::MAX_PERMITS + 1).is_none());
+    let s2 = sem.clone();
+    bounded("acquire after the refused request", move || {
+        drop(s2.acquire())
+    });
+    assert_eq!(sem.available_permits(), 1);
+}
+
+#[test]
+fn semaphore_add_permits_past_max_panics_and_keeps_the_count() {
+    for n in [Semaphore::MAX_PERMITS, usize::MAX] {
+        let sem = Semaphore::new(1);
+        let result = catch_unwind(AssertUnwindSafe(|| sem.add_permits(n)));
+        assert!(
+            result.is_err(),
+            "add_permits({n}) on 1 permit did not panic"
+        );
+        assert_eq!(sem.available_permits(), 1);
+    }
+    // Up to the limit is fine, also with a waiter queued (the slow path).
+    let sem = Arc::new(Semaphore::new(0));
+    let (tx, rx) = mpsc::channel();
+    let s2 = sem.clone();
+    thread::spawn(move || {
+        s2.acquire().forget();
+        let _ = tx.send(());
+    });
+    settle();
+    let result = catch_unwind(AssertUnwindSafe(|| sem.add_permits(usize::MAX)));
+    assert!(
+        result.is_err(),
+        "add_permits(usize::MAX) with a waiter did not panic"
+    );
+    assert_eq!(sem.available_permits(), 0);
+    sem.add_permits(Semaphore::MAX_PERMITS);
+    rx.recv_timeout(LIMIT).expect("the waiter was not served");
+    assert_eq!(sem.available_permits(), Semaphore::MAX_PERMITS - 1);
 }

@@ -26,6 +26,9 @@
 //!    queued is removed, and the nodes behind it that the permits now cover are served; a node
 //!    already popped had its permits taken for it, so they are released on. No releaser hands
 //!    permits to a waiter that is gone, and no permit is lost.
+//! 5. The permits available never exceed [`MAX_PERMITS`]: `acquire` of more panics before
+//!    queueing (it could never be granted, and FIFO it would block everyone behind it), and a
+//!    release that would pass the limit panics before changing `state`.
 //!
 //! May call: `park`. Called by: `sync` (Mutex, RwLock, Semaphore). Checked by
 //! `src/tests/loom_sync.rs`.
@@ -61,7 +64,7 @@ impl RawSemaphore {
     pub(crate) fn new(permits: usize) -> Self {
         assert!(
             permits <= MAX_PERMITS,
-            "weft: semaphore permits exceed MAX_PERMITS"
+            "semaphore: {permits} permits exceed MAX_PERMITS ({MAX_PERMITS})"
         );
         RawSemaphore {
             state: AtomicUsize::new(permits << 1),
@@ -91,6 +94,10 @@ impl RawSemaphore {
     }
 
     /// Takes `n` permits, parking with `park` until they are granted.
+    ///
+    /// # Panics
+    /// If `n` exceeds [`MAX_PERMITS`]: no release could ever grant it, and, FIFO, it would
+    /// block every later acquirer.
     pub(crate) fn acquire(&self, n: usize, park: impl Fn()) {
         let granted = self.acquire_or_give_up(n, || {
             park();
@@ -102,7 +109,14 @@ impl RawSemaphore {
     /// Takes `n` permits, parking with `park` until they are granted or `park` returns false;
     /// true if they were taken. A wait that ends without them — `park` gave up, or unwound (a
     /// task cancelled at shutdown) — leaves as if it had never queued (invariant 4).
+    ///
+    /// # Panics
+    /// As [`acquire`](Self::acquire).
     pub(crate) fn acquire_or_give_up(&self, n: usize, mut park: impl FnMut() -> bool) -> bool {
+        assert!(
+            n <= MAX_PERMITS,
+            "semaphore: acquire of {n} permits, more than MAX_PERMITS ({MAX_PERMITS})"
+        );
         if self.try_acquire(n) {
             return true;
         }
@@ -182,9 +196,13 @@ impl RawSemaphore {
     }
 
     /// Adds `n` permits with a CAS unless WAITERS is set; true if it did.
+    ///
+    /// # Panics
+    /// If the permits would exceed [`MAX_PERMITS`] (invariant 5).
     fn add_if_no_waiters(&self, n: usize) -> bool {
         let mut state = self.state.load(Ordering::Relaxed);
         while state & WAITERS == 0 {
+            check_add(state >> 1, n);
             // Release: publishes the protected data to the next acquirer (pairs with the
             // Acquire CAS in `try_acquire`).
             match self.state.compare_exchange_weak(
@@ -201,6 +219,10 @@ impl RawSemaphore {
     }
 
     /// Gives `n` permits back, handing them to queued waiters first.
+    ///
+    /// # Panics
+    /// If the permits available would exceed [`MAX_PERMITS`]; nothing changes then
+    /// (invariant 5).
     pub(crate) fn release(&self, n: usize) {
         if self.add_if_no_waiters(n) {
             return;
@@ -211,6 +233,9 @@ impl RawSemaphore {
         if self.add_if_no_waiters(n) {
             return;
         }
+        // Invariant 5, before `state` changes. A panic here poisons the queue lock, which every
+        // lock site takes as it is: nothing under it was changed.
+        check_add(self.state.load(Ordering::Relaxed) >> 1, n);
         let granted = self.serve_locked(&mut queue, n);
         drop(queue);
         wake(granted);
@@ -218,7 +243,8 @@ impl RawSemaphore {
 
     /// Under the queue lock with WAITERS set (invariant 2: only lock holders change `state`):
     /// adds `n` to the permits, pops the nodes at the front that they now cover, and stores
-    /// what is left; returns the popped nodes, to be woken once the lock is dropped.
+    /// what is left; returns the popped nodes, to be woken once the lock is dropped. The
+    /// caller checked that the sum stays within [`MAX_PERMITS`].
     fn serve_locked(&self, queue: &mut VecDeque<Arc<Node>>, n: usize) -> Vec<Arc<Node>> {
         let mut permits = (self.state.load(Ordering::Relaxed) >> 1) + n;
         let mut granted = Vec::new();
@@ -238,6 +264,17 @@ impl RawSemaphore {
     /// The permits available now (a snapshot).
     pub(crate) fn available(&self) -> usize {
         self.state.load(Ordering::Relaxed) >> 1
+    }
+}
+
+/// Panics unless `available + n` permits fit in [`MAX_PERMITS`] (invariant 5).
+#[inline]
+fn check_add(available: usize, n: usize) {
+    if n > MAX_PERMITS - available {
+        panic!(
+            "semaphore: adding {n} permits to {available} would exceed MAX_PERMITS \
+             ({MAX_PERMITS})"
+        );
     }
 }
 
