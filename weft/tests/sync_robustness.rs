@@ -1,7 +1,7 @@
 //! weft::sync when a waiter leaves its wait early: a task parked in a lock, a semaphore, a
 //! condition variable, a barrier or a `Once` is cancelled by runtime shutdown (its park
-//! unwinds), and the structure must stay usable by the plain threads left; and the semaphore's
-//! permit limits.
+//! unwinds), and the structure must stay usable by the plain threads left; and the limits of
+//! the semaphore's and the wait group's counts.
 //!
 //! Every wait that could hang on a broken structure runs under [`bounded`], so a regression is
 //! a test failure, not a stuck CI job.
@@ -428,4 +428,21 @@ fn semaphore_add_permits_past_max_panics_and_keeps_the_count() {
     sem.add_permits(Semaphore::MAX_PERMITS);
     rx.recv_timeout(LIMIT).expect("the waiter was not served");
     assert_eq!(sem.available_permits(), Semaphore::MAX_PERMITS - 1);
+}
+
+#[test]
+fn waitgroup_add_past_the_max_panics_and_keeps_the_count() {
+    let wg = weft::sync::WaitGroup::new();
+    wg.add(isize::MAX);
+    let result = catch_unwind(AssertUnwindSafe(|| wg.add(1)));
+    let payload = result.expect_err("add past isize::MAX did not panic");
+    let message = payload.downcast_ref::<&str>().copied().unwrap_or_default();
+    assert_eq!(message, "sync: WaitGroup counter overflow");
+    assert_eq!(wg.count(), isize::MAX);
+    // A negative count is refused the same way, leaving the count as it was.
+    let result = catch_unwind(AssertUnwindSafe(|| wg.add(isize::MIN)));
+    assert!(result.is_err());
+    assert_eq!(wg.count(), isize::MAX);
+    wg.add(-isize::MAX);
+    assert_eq!(wg.count(), 0);
 }
