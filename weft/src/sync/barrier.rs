@@ -8,8 +8,14 @@
 //! 1. A barrier generation ends when its `n`th task arrives; that task is the leader, and
 //!    every task of the generation is released (generation counting makes it reusable).
 //! 2. `Once` runs its closure at most once to completion; others park on its mutex meanwhile
-//!    and see DONE (Acquire) afterwards. A closure that panics leaves it incomplete, so the
-//!    next caller runs it again.
+//!    and see DONE (Acquire) afterwards. A closure that panics, or whose task is cancelled
+//!    while it runs (it unwinds), leaves it incomplete and unlocks the mutex while unwinding,
+//!    so the next caller — one already queued on the mutex included — runs it again; a caller
+//!    cancelled while queued leaves the mutex's queue (sema.rs invariant 4).
+//! 3. A barrier waiter that unwinds out of `wait` (a task cancelled at shutdown) stays counted
+//!    as arrived in its generation; its condvar node leaves the queue (condvar.rs invariant
+//!    3). Its pre-barrier work is done, which is what the others wait for; withdrawing the
+//!    arrival instead would leave them waiting for an `n`th task that may never come.
 //!
 //! May call: `sync::mutex`, `sync::condvar`. Called by: users.
 
@@ -46,7 +52,8 @@ impl Barrier {
         }
     }
 
-    /// Parks until `n` tasks have called `wait` (invariant 1).
+    /// Parks until `n` tasks have called `wait` (invariant 1). A waiter cancelled by its
+    /// runtime's shutdown still counts as arrived (invariant 3).
     pub fn wait(&self) -> BarrierWaitResult {
         let mut state = self.state.lock();
         let generation = state.1;
@@ -91,6 +98,9 @@ impl Once {
     }
 
     /// Runs `f` if no call has completed yet; returns once some call has (invariant 2).
+    ///
+    /// If `f` panics (or its task is cancelled inside it), the `Once` stays incomplete and the
+    /// panic propagates; the next caller, or one already waiting, runs its own closure.
     pub fn call_once(&self, f: impl FnOnce()) {
         // Acquire: pairs with the Release store below, so `f`'s effects are visible.
         if self.done.load(Ordering::Acquire) {

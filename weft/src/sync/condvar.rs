@@ -8,6 +8,11 @@
 //!    locks the mutex after that finds the node (no lost wakeup).
 //! 2. A node is notified once, by the notifier that popped it; a waiter that timed out removes
 //!    its node if still queued, and otherwise counts as notified.
+//! 3. A waiter that unwinds out of its wait (a task cancelled at shutdown, parked here or in
+//!    the relock) removes its node if still queued; if a notifier popped it, the notification
+//!    passes to the next queued waiter, so a `notify_one` is never swallowed by a waiter that
+//!    is gone. (Popped by `notify_all`, the pass-on is a spurious wakeup of a later waiter,
+//!    which callers allow for already: they wait in a loop on their condition.)
 //!
 //! May call: `sync::mutex`, `park`. Called by: users, `sync::barrier`.
 
@@ -90,26 +95,44 @@ impl Condvar {
         });
         // Invariant 1: queued before the mutex is unlocked.
         self.queue().push_back(node.clone());
+        // Invariant 3: until this wait returns, unwinding out of it undoes it.
+        let mut leaving = Leave {
+            condvar: self,
+            node: &node,
+            pass_on: true,
+        };
         let mutex = guard.mutex;
         drop(guard);
         let mut timed_out = false;
-        // Acquire: pairs with the Release store in `notify_*` (invariant 2).
+        // Acquire: pairs with the Release store in `notify` (invariant 2).
         while !node.notified.load(Ordering::Acquire) {
             match deadline {
                 Some(deadline) if Instant::now() >= deadline => {
-                    let mut queue = self.queue();
-                    if let Some(i) = queue.iter().position(|n| Arc::ptr_eq(n, &node)) {
-                        queue.remove(i);
-                        timed_out = true;
-                    }
                     // Else a notifier popped it: it counts as notified (invariant 2).
+                    timed_out = self.unqueue(&node);
+                    // Not notified: nothing to pass on if the relock below unwinds.
+                    leaving.pass_on = !timed_out;
                     break;
                 }
                 Some(deadline) => crate::park::park_current_until(deadline),
                 None => crate::park::park_current(),
             }
         }
-        (mutex.lock(), WaitTimeoutResult(timed_out))
+        let guard = mutex.lock();
+        std::mem::forget(leaving);
+        (guard, WaitTimeoutResult(timed_out))
+    }
+
+    /// Takes `node` out of the queue; true if it was still there (no notifier popped it).
+    fn unqueue(&self, node: &Arc<Node>) -> bool {
+        let mut queue = self.queue();
+        match queue.iter().position(|queued| Arc::ptr_eq(queued, node)) {
+            Some(i) => {
+                queue.remove(i);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Wakes one waiter, if any.
@@ -136,5 +159,23 @@ impl Condvar {
 impl fmt::Debug for Condvar {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Condvar").finish_non_exhaustive()
+    }
+}
+
+/// Undoes a wait that unwinds (a task cancelled at shutdown, in its park or in the relock):
+/// a node still queued leaves the queue, and a node a notifier popped passes its notification
+/// on to the next waiter (invariant 3). Forgotten when the wait returns.
+struct Leave<'a> {
+    condvar: &'a Condvar,
+    node: &'a Arc<Node>,
+    /// False once the wait timed out and took its own node out: it holds no notification.
+    pass_on: bool,
+}
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        if !self.condvar.unqueue(self.node) && self.pass_on {
+            self.condvar.notify_one();
+        }
     }
 }

@@ -9,9 +9,24 @@
 //! handoff); [`Condvar`] queues waiters itself; [`WaitGroup`] counts with one atomic;
 //! [`Barrier`] and [`Once`] are built from [`Mutex`] and [`Condvar`].
 //!
-//! Invariants: each file states its own; the shared rule is park/mod.rs invariant 2 — every
-//! wait parks in a loop on its own "granted/notified/released" flag, set with Release by the
-//! one party that dequeued it (so spurious wakeups are harmless and wakeups are never lost).
+//! Invariants: each file states its own; the shared rules are:
+//! 1. park/mod.rs invariant 2 — every wait parks in a loop on its own "granted/notified/
+//!    released" flag, set with Release by the one party that dequeued it (so spurious wakeups
+//!    are harmless and wakeups are never lost).
+//! 2. A waiter that leaves its wait other than through its flag — its park unwinds (a task
+//!    cancelled at shutdown unwinds at its park) or it gives up — undoes the wait under the
+//!    queue's lock, through a drop guard armed right after queueing and forgotten on the
+//!    normal exit: a node still queued is removed (and whatever it held up is served); what a
+//!    dequeuer already handed it is passed on — permits are released to the next waiter
+//!    (sema.rs invariant 4), a notification goes to the next condvar waiter (condvar.rs
+//!    invariant 3). So no queue ever holds a waiter that is gone, and no permit or
+//!    `notify_one` is lost to one. [`Barrier`] and [`Once`] inherit the rule from the mutex
+//!    and condvar they are built on (barrier.rs invariants 2–3: a cancelled barrier waiter
+//!    stays counted as arrived; a `Once` whose initialiser unwinds stays incomplete and the
+//!    next caller runs it). Channels follow the same rule (chan/core.rs invariant 3).
+//! 3. Counts are checked before they change: a semaphore never holds more than
+//!    `Semaphore::MAX_PERMITS` permits and refuses a request for more (a panic, never a hang);
+//!    a `WaitGroup` count stays within `0..=isize::MAX`.
 //!
 //! May call: `park`. Called by: users.
 //!

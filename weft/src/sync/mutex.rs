@@ -9,7 +9,7 @@
 //! 2. A guard may be held across a park (a channel operation, a sleep, another lock): the
 //!    waiters park too. It is `!Send` like std's, so it is released on the thread that locked.
 //!
-//! May call: `sync::sema`, `park`. Called by: users, `sync::condvar`, `sync::once`.
+//! May call: `sync::sema`, `park`. Called by: users, `sync::condvar`, `sync::barrier` (Barrier, Once).
 //!
 //! Why no poisoning: a panicking holder releases the lock while unwinding and the data is as
 //! it left it, as with `parking_lot`; Go's mutex has no poisoning either.

@@ -21,6 +21,14 @@
 //!    permit of an `RwLock` is not starved by readers arriving after it.
 //! 3. A node is granted once, by the releaser that popped it, after the permits it needs were
 //!    taken for it; its owner parks in a loop until it sees `granted` (Acquire).
+//! 4. A waiter that leaves without seeing its grant — its park unwound (a task cancelled at
+//!    shutdown) or gave up — undoes its wait under the queue lock (`Leave`): a node still
+//!    queued is removed, and the nodes behind it that the permits now cover are served; a node
+//!    already popped had its permits taken for it, so they are released on. No releaser hands
+//!    permits to a waiter that is gone, and no permit is lost.
+//! 5. The permits available never exceed [`MAX_PERMITS`]: `acquire` of more panics before
+//!    queueing (it could never be granted, and FIFO it would block everyone behind it), and a
+//!    release that would pass the limit panics before changing `state`.
 //!
 //! May call: `park`. Called by: `sync` (Mutex, RwLock, Semaphore). Checked by
 //! `src/tests/loom_sync.rs`.
@@ -56,7 +64,7 @@ impl RawSemaphore {
     pub(crate) fn new(permits: usize) -> Self {
         assert!(
             permits <= MAX_PERMITS,
-            "weft: semaphore permits exceed MAX_PERMITS"
+            "semaphore: {permits} permits exceed MAX_PERMITS ({MAX_PERMITS})"
         );
         RawSemaphore {
             state: AtomicUsize::new(permits << 1),
@@ -86,9 +94,31 @@ impl RawSemaphore {
     }
 
     /// Takes `n` permits, parking with `park` until they are granted.
+    ///
+    /// # Panics
+    /// If `n` exceeds [`MAX_PERMITS`]: no release could ever grant it, and, FIFO, it would
+    /// block every later acquirer.
     pub(crate) fn acquire(&self, n: usize, park: impl Fn()) {
+        let granted = self.acquire_or_give_up(n, || {
+            park();
+            true
+        });
+        debug_assert!(granted, "a wait that never gives up was given up");
+    }
+
+    /// Takes `n` permits, parking with `park` until they are granted or `park` returns false;
+    /// true if they were taken. A wait that ends without them — `park` gave up, or unwound (a
+    /// task cancelled at shutdown) — leaves as if it had never queued (invariant 4).
+    ///
+    /// # Panics
+    /// As [`acquire`](Self::acquire).
+    pub(crate) fn acquire_or_give_up(&self, n: usize, mut park: impl FnMut() -> bool) -> bool {
+        assert!(
+            n <= MAX_PERMITS,
+            "semaphore: acquire of {n} permits, more than MAX_PERMITS ({MAX_PERMITS})"
+        );
         if self.try_acquire(n) {
-            return;
+            return true;
         }
         let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         let mut state = self.state.load(Ordering::Relaxed);
@@ -101,7 +131,7 @@ impl RawSemaphore {
                     Ordering::Acquire,
                     Ordering::Relaxed,
                 ) {
-                    Ok(_) => return,
+                    Ok(_) => return true,
                     Err(actual) => state = actual,
                 }
                 continue;
@@ -128,16 +158,51 @@ impl RawSemaphore {
             }
         };
         drop(queue);
-        // Acquire: pairs with the Release store of `granted` in `release` (invariant 3).
-        while !node.granted.load(Ordering::Acquire) {
-            park();
+        // Invariant 4: from here until the grant is seen, leaving undoes the wait.
+        let leaving = Leave {
+            sema: self,
+            node: &node,
+        };
+        loop {
+            // Acquire: pairs with the Release store of `granted` in `wake` (invariant 3).
+            if node.granted.load(Ordering::Acquire) {
+                std::mem::forget(leaving);
+                return true;
+            }
+            if !park() {
+                drop(leaving);
+                return false;
+            }
+        }
+    }
+
+    /// Undoes the wait of `node`, whose owner leaves without seeing its grant (invariant 4).
+    fn leave(&self, node: &Arc<Node>) {
+        let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = queue.iter().position(|queued| Arc::ptr_eq(queued, node)) {
+            queue.remove(i);
+            // The node may have been the head that the permits could not satisfy, holding up
+            // smaller requests behind it (invariant 2): serve them now. WAITERS is set (our
+            // node was queued, invariant 1), so `state` is ours under the lock.
+            let granted = self.serve_locked(&mut queue, 0);
+            drop(queue);
+            wake(granted);
+        } else {
+            drop(queue);
+            // A releaser popped it under the lock, taking its permits for it (invariant 3):
+            // they are ours, and go to whoever is next.
+            self.release(node.needed);
         }
     }
 
     /// Adds `n` permits with a CAS unless WAITERS is set; true if it did.
+    ///
+    /// # Panics
+    /// If the permits would exceed [`MAX_PERMITS`] (invariant 5).
     fn add_if_no_waiters(&self, n: usize) -> bool {
         let mut state = self.state.load(Ordering::Relaxed);
         while state & WAITERS == 0 {
+            check_add(state >> 1, n);
             // Release: publishes the protected data to the next acquirer (pairs with the
             // Acquire CAS in `try_acquire`).
             match self.state.compare_exchange_weak(
@@ -154,6 +219,10 @@ impl RawSemaphore {
     }
 
     /// Gives `n` permits back, handing them to queued waiters first.
+    ///
+    /// # Panics
+    /// If the permits available would exceed [`MAX_PERMITS`]; nothing changes then
+    /// (invariant 5).
     pub(crate) fn release(&self, n: usize) {
         if self.add_if_no_waiters(n) {
             return;
@@ -164,10 +233,20 @@ impl RawSemaphore {
         if self.add_if_no_waiters(n) {
             return;
         }
-        let state = self.state.load(Ordering::Relaxed);
-        // Invariant 2: WAITERS is set (seen under the lock), so only lock holders change
-        // `state` now.
-        let mut permits = (state >> 1) + n;
+        // Invariant 5, before `state` changes. A panic here poisons the queue lock, which every
+        // lock site takes as it is: nothing under it was changed.
+        check_add(self.state.load(Ordering::Relaxed) >> 1, n);
+        let granted = self.serve_locked(&mut queue, n);
+        drop(queue);
+        wake(granted);
+    }
+
+    /// Under the queue lock with WAITERS set (invariant 2: only lock holders change `state`):
+    /// adds `n` to the permits, pops the nodes at the front that they now cover, and stores
+    /// what is left; returns the popped nodes, to be woken once the lock is dropped. The
+    /// caller checked that the sum stays within [`MAX_PERMITS`].
+    fn serve_locked(&self, queue: &mut VecDeque<Arc<Node>>, n: usize) -> Vec<Arc<Node>> {
+        let mut permits = (self.state.load(Ordering::Relaxed) >> 1) + n;
         let mut granted = Vec::new();
         while let Some(front) = queue.front() {
             if front.needed > permits {
@@ -179,16 +258,44 @@ impl RawSemaphore {
         let waiters = if queue.is_empty() { 0 } else { WAITERS };
         // Release: pairs with the Acquire of a later fast-path acquirer.
         self.state.store(permits << 1 | waiters, Ordering::Release);
-        drop(queue);
-        for node in granted {
-            // Release: pairs with the Acquire load in `acquire` (invariant 3).
-            node.granted.store(true, Ordering::Release);
-            node.waiter.clone().wake();
-        }
+        granted
     }
 
     /// The permits available now (a snapshot).
     pub(crate) fn available(&self) -> usize {
         self.state.load(Ordering::Relaxed) >> 1
+    }
+}
+
+/// Panics unless `available + n` permits fit in [`MAX_PERMITS`] (invariant 5).
+#[inline]
+fn check_add(available: usize, n: usize) {
+    if n > MAX_PERMITS - available {
+        panic!(
+            "semaphore: adding {n} permits to {available} would exceed MAX_PERMITS \
+             ({MAX_PERMITS})"
+        );
+    }
+}
+
+/// Tells the nodes `serve_locked` popped that they hold their permits (invariant 3).
+fn wake(granted: Vec<Arc<Node>>) {
+    for node in granted {
+        // Release: pairs with the Acquire load in `acquire_or_give_up` (invariant 3).
+        node.granted.store(true, Ordering::Release);
+        node.waiter.clone().wake();
+    }
+}
+
+/// Undoes a queued wait whose owner leaves without its grant: by unwinding out of `park` (a
+/// task cancelled at shutdown) or by giving up (invariant 4). Forgotten once the grant is seen.
+struct Leave<'a> {
+    sema: &'a RawSemaphore,
+    node: &'a Arc<Node>,
+}
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        self.sema.leave(self.node);
     }
 }

@@ -6,6 +6,8 @@
 //! 1. A [`SemaphorePermit`] returns its permits when dropped, unless forgotten with
 //!    [`SemaphorePermit::forget`].
 //! 2. Waiters are served in FIFO order (sema.rs invariant 2): a large request is not starved.
+//! 3. The permits available never exceed [`Semaphore::MAX_PERMITS`] (sema.rs invariant 5):
+//!    asking for more panics rather than waiting forever, adding past it panics.
 //!
 //! May call: `sync::sema`, `park`. Called by: users.
 
@@ -51,11 +53,20 @@ impl Semaphore {
     }
 
     /// Takes one permit, parking until one is available.
+    ///
+    /// If the waiting task is cancelled (its runtime shuts down), it leaves the queue as if it
+    /// had never waited, and a permit already handed to it goes on to the next waiter.
     pub fn acquire(&self) -> SemaphorePermit<'_> {
         self.acquire_many(1)
     }
 
-    /// Takes `n` permits at once, parking until they are available.
+    /// Takes `n` permits at once, parking until they are available. Waiters are served in
+    /// order, so a large request is not starved, and requests behind it wait for it.
+    ///
+    /// # Panics
+    /// If `n` exceeds [`Semaphore::MAX_PERMITS`]: no semaphore can hold that many, so the
+    /// request could never be granted (and would hold up every later one). It panics at once,
+    /// having queued nothing.
     pub fn acquire_many(&self, n: usize) -> SemaphorePermit<'_> {
         self.raw.acquire(n, crate::park::park_current);
         SemaphorePermit {
@@ -69,7 +80,8 @@ impl Semaphore {
         self.try_acquire_many(1)
     }
 
-    /// Takes `n` permits if available now and no one waits.
+    /// Takes `n` permits if available now and no one waits; `None` otherwise, also for an
+    /// `n` beyond [`Semaphore::MAX_PERMITS`].
     pub fn try_acquire_many(&self, n: usize) -> Option<SemaphorePermit<'_>> {
         self.raw.try_acquire(n).then(|| SemaphorePermit {
             sem: self,
@@ -78,6 +90,11 @@ impl Semaphore {
     }
 
     /// Adds `n` permits (waking waiters they satisfy).
+    ///
+    /// # Panics
+    /// If the permits available would exceed [`Semaphore::MAX_PERMITS`]; the count is left as
+    /// it was. (As with tokio, permits held by [`SemaphorePermit`]s are not counted, so a
+    /// permit returned on drop to a semaphore filled to the limit meanwhile panics too.)
     pub fn add_permits(&self, n: usize) {
         self.raw.release(n);
     }

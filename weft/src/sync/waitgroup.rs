@@ -8,7 +8,10 @@
 //!    `count` to zero takes the same lock after doing so: either the waiter sees zero or the
 //!    one that reached zero sees the waiter (no lost wakeup).
 //! 2. Each queued node is released once, by the one that drained it.
-//! 3. `count` never goes below zero: that is a misuse and panics, as in Go.
+//! 3. `count` never goes below zero (a misuse that panics, as in Go) nor past `isize::MAX`
+//!    (panics too): `add` checks before it changes the count.
+//! 4. A waiter that unwinds out of its park (a task cancelled at shutdown) takes its node out
+//!    of `waiters` if no `add` drained it yet, so the list holds no waiter that is gone.
 //!
 //! May call: `park`. Called by: users. Checked by `src/tests/loom_sync.rs`.
 //!
@@ -16,7 +19,7 @@
 //! reads the same, and a `WaitGroup` in an `Arc` (or a `static`) is shared like Go's.
 
 use crate::loom::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
-use crate::loom::sync::{Arc, Mutex};
+use crate::loom::sync::{Arc, Mutex, MutexGuard};
 use crate::park::Waiter;
 
 struct Node {
@@ -61,16 +64,30 @@ impl WaitGroup {
     /// Adds `delta` (which may be negative) to the count; at zero, releases every waiter.
     ///
     /// # Panics
-    /// If the count goes negative ("sync: negative WaitGroup counter", as in Go).
+    /// If the count would go negative ("sync: negative WaitGroup counter", as in Go) or past
+    /// `isize::MAX`; the count is left as it was.
     pub fn add(&self, delta: isize) {
-        // AcqRel: Release publishes the job's work to the waiter (pairs with the Acquire loads
-        // in `wait`); Acquire makes the zeroing `add` see every earlier job's work too.
-        let count = self.count.fetch_add(delta, Ordering::AcqRel) + delta;
-        assert!(count >= 0, "sync: negative WaitGroup counter");
+        let mut count = self.count.load(Ordering::Relaxed);
+        let count = loop {
+            // Invariant 3: checked before the count changes.
+            let Some(new) = count.checked_add(delta) else {
+                panic!("sync: WaitGroup counter overflow");
+            };
+            assert!(new >= 0, "sync: negative WaitGroup counter");
+            // AcqRel: Release publishes the job's work to the waiter (pairs with the Acquire
+            // loads in `wait`); Acquire makes the zeroing `add` see every earlier job's work
+            // too.
+            match self
+                .count
+                .compare_exchange_weak(count, new, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => break new,
+                Err(actual) => count = actual,
+            }
+        };
         if count == 0 && delta != 0 {
             // Invariant 1: the lock after the decrement.
-            let released =
-                std::mem::take(&mut *self.waiters.lock().unwrap_or_else(|e| e.into_inner()));
+            let released = std::mem::take(&mut *self.waiters());
             for node in released {
                 // Release: pairs with the Acquire load in `wait` (invariant 2).
                 node.released.store(true, Ordering::Release);
@@ -94,7 +111,7 @@ impl WaitGroup {
         if self.count.load(Ordering::Acquire) == 0 {
             return;
         }
-        let mut waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        let mut waiters = self.waiters();
         // Invariant 1: re-checked under the lock.
         if self.count.load(Ordering::Acquire) == 0 {
             return;
@@ -105,10 +122,20 @@ impl WaitGroup {
         });
         waiters.push(node.clone());
         drop(waiters);
+        // Invariant 4: until the release is seen, unwinding takes the node out again.
+        let leaving = Leave {
+            wait_group: self,
+            node: &node,
+        };
         // Acquire: pairs with the Release store in `add`.
         while !node.released.load(Ordering::Acquire) {
             park();
         }
+        std::mem::forget(leaving);
+    }
+
+    fn waiters(&self) -> MutexGuard<'_, Vec<Arc<Node>>> {
+        self.waiters.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The current count (a snapshot).
@@ -122,5 +149,59 @@ impl std::fmt::Debug for WaitGroup {
         f.debug_struct("WaitGroup")
             .field("count", &self.count())
             .finish_non_exhaustive()
+    }
+}
+
+/// Takes the node of a wait that unwinds out of `waiters` (invariant 4); forgotten when the
+/// wait ends normally.
+struct Leave<'a> {
+    wait_group: &'a WaitGroup,
+    node: &'a Arc<Node>,
+}
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        let mut waiters = self.wait_group.waiters();
+        if let Some(i) = waiters.iter().position(|n| Arc::ptr_eq(n, self.node)) {
+            waiters.swap_remove(i);
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use super::WaitGroup;
+
+    #[test]
+    fn waitgroup_waiter_cancelled_at_shutdown_leaves_no_node() {
+        let wg = Arc::new(WaitGroup::new());
+        wg.add(1);
+        let runtime = crate::Runtime::builder().workers(1).build().unwrap();
+        let started = Arc::new(AtomicBool::new(false));
+        let (wg2, flag) = (wg.clone(), started.clone());
+        let task = runtime.spawn(move || {
+            flag.store(true, Ordering::SeqCst);
+            wg2.wait();
+        });
+        let start = Instant::now();
+        while !started.load(Ordering::SeqCst) {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the task never started"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(50)); // to its park
+        drop(runtime);
+        assert!(task.join().is_err(), "the waiting task was cancelled");
+        assert!(
+            wg.waiters().is_empty(),
+            "the cancelled waiter's node was left queued"
+        );
+        wg.done();
     }
 }

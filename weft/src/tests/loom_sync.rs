@@ -1,5 +1,7 @@
 //! Loom models of the sync wake paths: the semaphore core under `Mutex` (fast path, queueing,
-//! handoff) and `WaitGroup`'s zero-count wakeup.
+//! handoff), a semaphore waiter that leaves early (sema.rs invariant 4: modelled as a waiter
+//! that gives up, which takes the same path as one whose park unwinds at shutdown), and
+//! `WaitGroup`'s zero-count wakeup.
 
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
@@ -92,5 +94,69 @@ fn loom_semaphore_racing_releases_keep_the_count() {
         releaser.join().unwrap();
         waiter.join().unwrap();
         assert_eq!(sema.available(), 2);
+    });
+}
+
+/// Main holds the one permit; a quitter waits for it with `park`, giving up when `park`
+/// returns false, and another thread waits behind or ahead of it; then main releases. The
+/// other thread must get the permit whichever way the quitter left, and the count must be
+/// whole at the end.
+fn quitter_and_waiter_share_one_permit(park: fn() -> bool) {
+    loom::model(move || {
+        let sema = Arc::new(RawSemaphore::new(1));
+        sema.acquire(1, thread::park);
+        let quitter = {
+            let sema = sema.clone();
+            thread::spawn(move || {
+                if sema.acquire_or_give_up(1, park) {
+                    sema.release(1);
+                }
+            })
+        };
+        let waiter = {
+            let sema = sema.clone();
+            thread::spawn(move || {
+                sema.acquire(1, thread::park);
+                sema.release(1);
+            })
+        };
+        sema.release(1);
+        quitter.join().unwrap();
+        waiter.join().unwrap();
+        assert_eq!(sema.available(), 1);
+    });
+}
+
+/// The quitter gives up at its first park, racing the release that would grant it: either it
+/// is still queued and leaves, or the releaser popped it and it releases the permit on.
+#[test]
+fn loom_semaphore_waiter_that_gives_up_loses_no_permit() {
+    quitter_and_waiter_share_one_permit(|| false);
+}
+
+/// The quitter gives up only once woken, so always after its grant: the permit it was handed
+/// goes on to the next waiter (the granted-then-cancelled case).
+#[test]
+fn loom_semaphore_granted_waiter_that_gives_up_passes_the_permit_on() {
+    quitter_and_waiter_share_one_permit(|| {
+        thread::park();
+        false
+    });
+}
+
+/// A request that cannot be granted heads the queue and gives up: the smaller request queued
+/// behind it is served from the permits already there (no release comes to do it).
+#[test]
+fn loom_semaphore_head_that_gives_up_serves_the_next() {
+    loom::model(|| {
+        let sema = Arc::new(RawSemaphore::new(1));
+        let quitter = {
+            let sema = sema.clone();
+            thread::spawn(move || assert!(!sema.acquire_or_give_up(2, || false)))
+        };
+        sema.acquire(1, thread::park);
+        sema.release(1);
+        quitter.join().unwrap();
+        assert_eq!(sema.available(), 1);
     });
 }
