@@ -30,7 +30,7 @@ use crossbeam_deque::Steal;
 
 use super::runtime::{Handle, Remote, Shared};
 use crate::stack::{self, LocalSlots, SizeClass, Slot};
-use crate::task::{Cancelled, Header, RunState, Suspend, Task, TaskCoroutine};
+use crate::task::{interrupt, Cancelled, Header, RunState, Suspend, Task, TaskCoroutine};
 
 /// How long an idle worker keeps looking for work before it sleeps.
 const SPIN: Duration = Duration::from_micros(50);
@@ -204,26 +204,59 @@ pub(crate) fn park_current_task_until(deadline: Instant) -> bool {
     worker.timer_seq.set(seq);
     let key = (deadline, seq);
     worker.timers.borrow_mut().insert(key, task);
+    // Removed also when the park unwinds (a cancelled task): a cancelled hour-long sleep
+    // must not keep its task's memory for an hour.
+    let _entry = TimerEntry { worker, key };
     park_task(header, None);
-    let mut timers = worker.timers.borrow_mut();
-    // Entries leave the map only from its front (`fire_timers`) or here: a key below the
-    // earliest one left was fired and removed already. Skipping the search then saves a walk
-    // through cold nodes on every timer wake (1M sleepers: most of the map is cold).
-    if timers
-        .first_key_value()
-        .is_some_and(|(first, _)| *first <= key)
-    {
-        timers.remove(&key);
-    }
     true
 }
 
-/// A task cancelled by shutdown unwinds at its park (unless it is already unwinding).
+/// Removes a parked task's timer entry when its park returns or unwinds (time/mod.rs
+/// invariant 1).
+struct TimerEntry<'a> {
+    worker: &'a Worker,
+    key: (Instant, u64),
+}
+
+impl Drop for TimerEntry<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        let mut timers = self.worker.timers.borrow_mut();
+        // Entries leave the map only from its front (`fire_timers`) or here: a key below the
+        // earliest one left was fired and removed already. Skipping the search then saves a
+        // walk through cold nodes on every timer wake (1M sleepers: most of the map is cold).
+        if timers
+            .first_key_value()
+            .is_some_and(|(first, _)| *first <= self.key)
+        {
+            let entry = timers.remove(&self.key);
+            drop(timers);
+            drop(entry);
+        }
+    }
+}
+
+/// A cancelled task unwinds at its park (unless it is already unwinding): cancelled by
+/// shutdown, by `Task::cancel`, or by a `Context` it is bound to (task/mod.rs `interrupt`).
+/// With no request pending this is one plain load.
 #[inline]
 fn unwind_if_cancelled(header: &Header) {
-    if header.cancelling.get() && !header.unwinding.get() {
-        std::panic::resume_unwind(Box::new(Cancelled));
+    if header.interrupt.load(Ordering::Relaxed) != 0 && !header.unwinding.get() {
+        interrupted(header);
     }
+}
+
+#[cold]
+fn interrupted(header: &Header) {
+    // Acquire: pairs with the Release `fetch_or` of `Task::interrupt`.
+    let bits = header.interrupt.load(Ordering::Acquire);
+    if bits & interrupt::SHUTDOWN != 0 {
+        std::panic::resume_unwind(Box::new(Cancelled::SHUTDOWN));
+    }
+    if bits & interrupt::CANCEL != 0 {
+        std::panic::resume_unwind(Box::new(Cancelled::REQUESTED));
+    }
+    crate::context::unwind_if_scope_cancelled(header);
 }
 
 /// Wakes the OS thread of a task that blocks it (park/state.rs invariant 4).
@@ -271,7 +304,7 @@ pub(crate) fn cancel_unstarted(task: &Task) {
     let state = unsafe { task.header().run_state() };
     if let RunState::New { .. } = state {
         *state = RunState::Done;
-        task.cancel();
+        task.drop_unstarted();
     }
 }
 
@@ -881,7 +914,9 @@ impl Worker {
             .map(|(_, task)| task.clone())
             .collect();
         for task in live {
-            task.header().cancelling.set(true);
+            task.header()
+                .interrupt
+                .fetch_or(interrupt::SHUTDOWN, Ordering::Relaxed);
             task.unpark();
         }
         let mut last_progress = Instant::now();
@@ -889,7 +924,9 @@ impl Worker {
             if let Some(task) = self.next_task() {
                 // Step 2 for a never-started task: it runs only to drop its closure, on its
                 // own stack (task/cell.rs), and tell its joiner. Started ones unwind.
-                task.header().cancelling.set(true);
+                task.header()
+                    .interrupt
+                    .fetch_or(interrupt::SHUTDOWN, Ordering::Relaxed);
                 self.run_task(task);
                 last_progress = Instant::now();
                 continue;
@@ -908,7 +945,9 @@ impl Worker {
                     break;
                 }
                 for task in placed {
-                    task.header().cancelling.set(true);
+                    task.header()
+                        .interrupt
+                        .fetch_or(interrupt::SHUTDOWN, Ordering::Relaxed);
                     self.run_task(task);
                 }
                 continue;
