@@ -2,6 +2,9 @@
 //! shutting down.
 //!
 //! Shutdown, in order:
+//! 0. Graceful only (`Runtime::shutdown_timeout`): `Shared::closing` is set, so new spawns
+//!    are refused with an error, and the caller waits until every task has finished (no live
+//!    task, nothing queued, every worker asleep) or the timeout passed; then `drop`.
 //! 1. `Runtime::drop` sets `Shared::shutdown` and notifies every worker.
 //! 2. Each worker stops starting tasks: never-started tasks it finds are dropped, so their
 //!    joiners get `Err` ("task cancelled").
@@ -19,7 +22,7 @@ use std::panic::Location;
 use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_deque::{Injector, Stealer};
 
@@ -36,6 +39,8 @@ pub(crate) struct Shared {
     pub(crate) remotes: Vec<Arc<Remote>>,
     pub(crate) default_class: SizeClass,
     pub(crate) shutdown: AtomicBool,
+    /// In the grace period of `Runtime::shutdown_timeout` (or after it): step 0.
+    pub(crate) closing: AtomicBool,
     /// Workers looking for work without sleeping; spawners do not wake a sleeper while one
     /// spins, since the spinner will find the work.
     pub(crate) spinning: AtomicUsize,
@@ -153,6 +158,19 @@ impl Shared {
                 crossbeam_deque::Steal::Retry => {}
             }
         }
+    }
+
+    /// Whether every task has finished, as far as other threads can see: no worker has a
+    /// live (started, unfinished) task, nothing waits in a queue, and every worker sleeps — a
+    /// worker that took a never-started task from a queue and is about to start it is awake.
+    fn all_tasks_finished(&self) -> bool {
+        self.injector.is_empty()
+            && self.stealers.iter().all(Stealer::is_empty)
+            && self.remotes.iter().all(|r| {
+                r.live.load(Ordering::Relaxed) == 0
+                    && r.placed_len.load(Ordering::Relaxed) == 0
+                    && r.flags.is_sleeping()
+            })
     }
 
     /// After new work was published in a stealable queue: wake one sleeping worker, unless one
@@ -274,6 +292,7 @@ impl RuntimeBuilder {
             remotes,
             default_class,
             shutdown: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
             spinning: AtomicUsize::new(0),
             monitor_rest: super::monitor::Rest::default(),
             blocking: Arc::new(super::blocking::Pool::new(
@@ -408,7 +427,61 @@ impl Runtime {
     pub fn workers(&self) -> usize {
         self.threads.len()
     }
+
+    /// Shuts the runtime down gracefully: new spawns are refused from now on (with an error
+    /// from [`crate::task::Builder::spawn`]; `weft::spawn` and [`Handle::spawn`] panic with
+    /// it), the tasks already spawned get until `timeout` to finish, and those still there
+    /// then are cancelled as when the runtime is dropped (their parks unwind). Returns true
+    /// if every task finished in time.
+    ///
+    /// A server stops accepting first (cancel the accept loop's
+    /// [`Context`](crate::context::Context), or close its listener), then calls this so that
+    /// the requests in flight can complete:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let request = rt.spawn(|| weft::time::sleep(Duration::from_millis(20)));
+    /// let stuck = rt.spawn(|| weft::time::sleep(Duration::from_secs(3600)));
+    /// assert!(!rt.shutdown_timeout(Duration::from_millis(200)));
+    /// assert!(request.join().is_ok()); // finished in the grace period
+    /// assert!(weft::task::is_cancelled(&*stuck.join().unwrap_err()));
+    /// ```
+    ///
+    /// # Panics
+    /// When called from one of the runtime's own tasks, like dropping it.
+    pub fn shutdown_timeout(self, timeout: Duration) -> bool {
+        if worker::on_worker_of(&self.shared) {
+            panic!("weft: a runtime cannot be shut down from one of its own tasks");
+        }
+        // SeqCst, like `shutdown`'s store: spawners check it before queueing.
+        self.shared.closing.store(true, Ordering::SeqCst);
+        let deadline = Instant::now().checked_add(timeout);
+        let mut finished_once = false;
+        let finished = loop {
+            // Seen twice in a row, a poll apart: a task in hand between two queues shows.
+            if self.shared.all_tasks_finished() {
+                if finished_once {
+                    break true;
+                }
+                finished_once = true;
+            } else {
+                finished_once = false;
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                break false;
+            }
+            let left = deadline.map_or(GRACE_POLL, |d| d - now);
+            thread::sleep(left.min(GRACE_POLL));
+        };
+        drop(self);
+        finished
+    }
 }
+
+/// How often `shutdown_timeout` looks whether every task has finished.
+const GRACE_POLL: Duration = Duration::from_millis(1);
 
 impl Drop for Runtime {
     fn drop(&mut self) {

@@ -364,6 +364,17 @@ pub(crate) enum Spawner<'a> {
 }
 
 impl Spawner<'_> {
+    /// Whether the runtime is in the grace period of `Runtime::shutdown_timeout`, when new
+    /// spawns are refused. (After it, during the cancellation, a spawn is cancelled at once
+    /// instead, so a destructor that spawns does not fail.)
+    pub(crate) fn refuses_spawns(&self) -> bool {
+        let shared = match self {
+            Spawner::Worker(w) => &w.shared,
+            Spawner::Handle(h) => &h.shared,
+        };
+        shared.closing.load(Ordering::Relaxed) && !shared.shutdown.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn default_class(&self) -> SizeClass {
         match self {
             Spawner::Worker(w) => w.shared.default_class,

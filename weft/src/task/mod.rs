@@ -555,6 +555,8 @@ impl Builder {
     /// # Errors
     /// When no stack can be had: an invalid size, exhausted address space, or — on kernels
     /// without `MADV_GUARD_INSTALL` — the `vm.max_map_count` limit (the error names it).
+    /// When the runtime is in the grace period of [`crate::Runtime::shutdown_timeout`]: new
+    /// tasks are refused then (the error says so).
     ///
     /// # Panics
     /// Outside a runtime: in a task, in [`crate::Runtime::block_on`], or under
@@ -593,6 +595,11 @@ impl Builder {
         T: Send + 'static,
     {
         sched::with_spawner(spawn_site, target, |spawner| {
+            if spawner.refuses_spawns() {
+                return Err(io::Error::other(
+                    "weft: spawn refused: the runtime is shutting down (Runtime::shutdown_timeout)",
+                ));
+            }
             let class = match self.stack_size {
                 Some(bytes) => SizeClass::for_size(bytes)?,
                 None => spawner.default_class(),
