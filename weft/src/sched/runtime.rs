@@ -13,8 +13,8 @@
 //! 4. A task still running (a loop that never parks) holds its worker, and `drop` waits for it,
 //!    as with tokio. A task that parks again while unwinding and is never woken is leaked after
 //!    a grace period, with a warning.
-//! 5. `drop` joins the worker threads, then closes the blocking pool: until then a cancelled
-//!    task's destructor may still use `spawn_blocking`. A spawn during shutdown (from such a
+//! 5. `drop` joins the worker threads, then closes the compute and blocking pools: until then
+//!    a cancelled task's destructor may still use `compute` and `spawn_blocking`. A spawn during shutdown (from such a
 //!    destructor) is cancelled at once: its joiner gets `Err`.
 
 use std::io;
@@ -46,6 +46,8 @@ pub(crate) struct Shared {
     pub(crate) spinning: AtomicUsize,
     /// Threads for `task::spawn_blocking` (sched/blocking.rs).
     pub(crate) blocking: Arc<super::blocking::Pool>,
+    /// Threads for `task::compute` (sched/compute.rs), started at its first job.
+    pub(crate) compute: super::compute::Pool,
     /// The monitor's deep sleep while every worker sleeps (monitor.rs, "Idle").
     pub(crate) monitor_rest: super::monitor::Rest,
 }
@@ -295,6 +297,7 @@ impl RuntimeBuilder {
             closing: AtomicBool::new(false),
             spinning: AtomicUsize::new(0),
             monitor_rest: super::monitor::Rest::default(),
+            compute: super::compute::Pool::new(),
             blocking: Arc::new(super::blocking::Pool::new(
                 max_threads - own_threads,
                 max_threads,
@@ -505,7 +508,9 @@ impl Drop for Runtime {
             let _ = thread.join();
         }
         self.shared.cancel_injected();
-        // Last: destructors of cancelled tasks may still call `spawn_blocking` (step 3).
+        // Last: destructors of cancelled tasks may still call `spawn_blocking` or
+        // `compute` (step 3).
+        self.shared.compute.shut_down();
         self.shared.blocking.shut_down();
     }
 }

@@ -296,6 +296,12 @@ pub(crate) fn current_blocking_pool() -> Option<Arc<super::blocking::Pool>> {
     Some(current_worker()?.shared.blocking.clone())
 }
 
+/// The compute pool of the runtime the running task belongs to; `None` on a plain thread.
+pub(crate) fn current_compute_pool<'a>() -> Option<&'a super::compute::Pool> {
+    current_header()?;
+    Some(&current_worker()?.shared.compute)
+}
+
 /// Drops the closure of a task that never started and tells its joiner; a no-op for a task
 /// that did start. The caller holds `task` exclusively: it popped it from a queue.
 pub(crate) fn cancel_unstarted(task: &Task) {

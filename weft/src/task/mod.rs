@@ -668,7 +668,9 @@ where
 
 /// Runs `f` on the runtime's pool of blocking threads while the calling task parks, and
 /// returns its result: the way to make a call that blocks its OS thread (`getaddrinfo`, file
-/// I/O, a blocking C library, a long computation) without stalling the worker. A panic in `f`
+/// I/O, a blocking C library) without stalling the worker. For computation use [`compute`]:
+/// the blocking pool starts a thread for every call in flight, which suits calls that wait,
+/// not ones that keep a core busy. A panic in `f`
 /// resumes in the caller. On a plain OS thread, `f` runs right there.
 ///
 /// Usable until the runtime's shutdown has finished, so the destructors of tasks cancelled at
@@ -700,4 +702,58 @@ where
     T: Send + 'static,
 {
     sched::blocking::run(f)
+}
+
+/// Runs the CPU-heavy `f` on the runtime's compute pool — one thread per core, fed by a
+/// bounded queue — while the calling task parks, and returns its result. A panic in `f`
+/// resumes in the caller. On a plain OS thread, `f` runs right there.
+///
+/// Which to use:
+/// - a short computation (microseconds): call it in the task;
+/// - a long one (hashing a file's bytes, compressing, an image filter): `compute`, so the
+///   worker goes on running other tasks and their timers, and a burst of jobs shares the
+///   cores instead of each getting a thread;
+/// - a call that *waits* (a blocking syscall or C library, `getaddrinfo`, file I/O):
+///   [`spawn_blocking`], whose threads are many because they mostly sleep.
+///
+/// Back-pressure: when every pool thread is busy and the queue (two jobs per thread) is
+/// full, the caller parks until a slot frees up. A caller cancelled while it waits for the
+/// result does not stop the job (a thread cannot be interrupted mid-computation); its
+/// result is dropped on the pool thread.
+///
+/// ```
+/// let sum = weft::run(|| {
+///     let jobs: Vec<_> = (0..8u64)
+///         .map(|i| weft::spawn(move || weft::task::compute(move || (0..100_000 * i).sum::<u64>())))
+///         .collect();
+///     jobs.into_iter().map(|j| j.join().unwrap()).sum::<u64>()
+/// });
+/// assert!(sum > 0);
+/// ```
+///
+/// # Panics
+/// With `f`'s panic, or when the runtime is shutting down or cannot start its pool threads;
+/// [`try_compute`] returns those as errors.
+#[track_caller]
+pub fn compute<F, T>(f: F) -> T
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    match try_compute(f) {
+        Ok(value) => value,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Like [`compute`], but a pool that cannot take the job is an error, not a panic.
+///
+/// # Errors
+/// When the runtime is shutting down, or a pool thread cannot be started.
+pub fn try_compute<F, T>(f: F) -> io::Result<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    sched::compute::run(f)
 }
