@@ -51,6 +51,8 @@ pub(crate) use idle::{RestFlag, SleepFlags};
 #[cfg(not(loom))]
 mod runtime;
 #[cfg(not(loom))]
+pub use monitor::{MonitorReport, StuckActivity};
+#[cfg(not(loom))]
 pub(crate) use runtime::Remote;
 #[cfg(not(loom))]
 pub use runtime::{EnterGuard, Handle, Runtime, RuntimeBuilder};

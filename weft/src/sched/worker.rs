@@ -436,6 +436,8 @@ pub(crate) struct Worker {
     timer_seq: Cell<u64>,
     /// Idle spins in a row that found nothing (see `idle`).
     spin_misses: Cell<u32>,
+    /// `remote.running_name` holds a name (see there).
+    named_running: Cell<bool>,
 }
 
 impl Worker {
@@ -459,6 +461,7 @@ impl Worker {
             timers: RefCell::new(BTreeMap::new()),
             timer_seq: Cell::new(0),
             spin_misses: Cell::new(0),
+            named_running: Cell::new(false),
         }
     }
 
@@ -471,6 +474,9 @@ impl Worker {
     pub(crate) fn run(self) {
         let _alt_stack = stack::AltStack::install();
         let _ = self.remote.thread.set(std::thread::current());
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        self.remote.tid.store(tid, Ordering::Relaxed);
         WORKER.with(|w| w.set(&self));
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             self.main_loop();
@@ -804,6 +810,13 @@ impl Worker {
         remote
             .running_site
             .store(site.cast_mut(), Ordering::Relaxed);
+        if header.name.is_some() || self.named_running.get() {
+            *remote
+                .running_name
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = header.name.clone();
+            self.named_running.set(header.name.is_some());
+        }
         let result = coroutine.resume(());
         remote.running_id.store(0, Ordering::Relaxed);
         stack::set_running(None);
