@@ -30,6 +30,8 @@
 #[cfg(not(loom))]
 pub(crate) mod blocking;
 #[cfg(not(loom))]
+pub mod coop;
+#[cfg(not(loom))]
 mod epoll;
 mod idle;
 #[cfg(not(loom))]

@@ -817,6 +817,7 @@ impl Worker {
                 .unwrap_or_else(|e| e.into_inner()) = header.name.clone();
             self.named_running.set(header.name.is_some());
         }
+        super::coop::reset(); // coop.rs invariant 1
         let result = coroutine.resume(());
         remote.running_id.store(0, Ordering::Relaxed);
         stack::set_running(None);
