@@ -117,9 +117,13 @@ impl<T: AsFd> Source<T> {
     ) -> io::Result<usize> {
         let dir = Direction::Read;
         let mut deadline: Option<Instant> = None;
+        // After a wait, always try: on a plain thread the wait was `poll(2)`, and nothing
+        // clears the hint there (sched/io.rs, `drained`).
+        let mut waited = false;
         loop {
             let seen = self.readiness.seq(dir);
-            if !self.readiness.is_drained(dir, seen) {
+            let skip = !waited && self.readiness.is_drained(dir, seen) && reactor::in_task();
+            if !skip {
                 match op(&self.io) {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -134,6 +138,7 @@ impl<T: AsFd> Source<T> {
                 deadline = timeout.and_then(|t| Instant::now().checked_add(t));
             }
             self.wait(dir, seen, deadline)?;
+            waited = true;
         }
     }
 

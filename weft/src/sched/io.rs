@@ -71,7 +71,8 @@ pub(crate) struct Readiness {
     seq: [AtomicU64; 2],
     /// `seq + 1` at the start of the last read that came back short (the socket's queue was
     /// empty after it), 0 if none: while `seq` has not moved since, another read would only
-    /// return `EAGAIN`, so it is skipped (tokio's `clear_readiness` after a short read).
+    /// return `EAGAIN`, so a task skips it (tokio's `clear_readiness` after a short read).
+    /// Only a reactor moves `seq`, so a plain thread, which waits in `poll(2)`, ignores this.
     drained: [AtomicU64; 2],
     /// The peer closed its write half (`EPOLLRDHUP`, or the connection failed): from then on a
     /// short read no longer means "wait", since end of stream may be next. Written under
@@ -287,6 +288,12 @@ impl Registration {
         slab.entries.remove(self.key & INDEX_MASK);
         reactor.count.fetch_sub(1, Ordering::Relaxed);
     }
+}
+
+/// Whether a task is running on this thread (plain threads poll the descriptor themselves and
+/// ignore `drained`).
+pub(crate) fn in_task() -> bool {
+    crate::sched::current_task_ptr().is_some()
 }
 
 /// The home worker of the running task, to register a source with; `None` on a plain thread.
