@@ -142,6 +142,52 @@ fn plain_thread_read_after_a_short_read_waits_for_the_next_data() {
     client.join().unwrap();
 }
 
+#[test]
+fn plain_thread_writes_and_datagrams_block_until_ready() {
+    // The other waits of a plain thread: a write that fills the send buffer waits for the peer
+    // to drain it, a receive for a datagram sent later, with and without a timeout.
+    bounded(
+        "plain-thread writes and datagrams",
+        Duration::from_secs(10),
+        || {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            const TOTAL: usize = 8 << 20;
+            let drain = thread::spawn(move || {
+                let (mut s, _) = listener.accept().unwrap();
+                thread::sleep(Duration::from_millis(100));
+                let mut got = 0;
+                let mut buf = vec![0; 64 * 1024];
+                while got < TOTAL {
+                    got += s.read(&mut buf).unwrap();
+                }
+            });
+            let s = TcpStream::connect(addr).unwrap();
+            let chunk = vec![1u8; 256 * 1024];
+            for _ in 0..TOTAL / chunk.len() {
+                (&s).write_all(&chunk).unwrap();
+            }
+            drain.join().unwrap();
+
+            let a = weft::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            let b = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            let to = a.local_addr().unwrap();
+            a.set_read_timeout(Some(Duration::from_millis(30))).unwrap();
+            let mut buf = [0; 16];
+            let err = a.recv_from(&mut buf).unwrap_err();
+            assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
+            a.set_read_timeout(None).unwrap();
+            let sender = thread::spawn(move || {
+                thread::sleep(Duration::from_millis(50));
+                b.send_to(b"dgram", to).unwrap();
+            });
+            let (n, _) = a.recv_from(&mut buf).unwrap();
+            assert_eq!(&buf[..n], b"dgram");
+            sender.join().unwrap();
+        },
+    );
+}
+
 /// Accepts one connection on `listener` in a new one-worker runtime, which is dropped after;
 /// the client connects `delay` after the start, so that the accept parks first (and registers
 /// the listener with this runtime's poller). Returns the client's end.
