@@ -75,3 +75,31 @@ fn a_plain_thread_never_runs_out_of_budget() {
         assert_eq!(rx.recv().unwrap(), i);
     }
 }
+
+#[test]
+fn a_task_reading_an_always_ready_socket_yields() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let writer_stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let stop = writer_stop.clone();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let chunk = [7u8; 1 << 16];
+            while !stop.load(Ordering::Relaxed) && s.write_all(&chunk).is_ok() {}
+        })
+    };
+    let late = sleeper_lateness(move |go| {
+        // The writer keeps the receive queue full, so reads succeed without parking.
+        let mut s = weft::net::TcpStream::connect(addr).unwrap();
+        let mut buf = [0u8; 64];
+        while go() {
+            s.read_exact(&mut buf).unwrap();
+        }
+    });
+    writer_stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    eprintln!("sleeper beside a socket-reading loop woke {late:?} late");
+    assert!(late < Duration::from_millis(200), "woke {late:?} late");
+}

@@ -93,6 +93,7 @@ impl<T: AsFd> Source<T> {
         timeout: Option<Duration>,
         mut op: impl FnMut(&T) -> io::Result<R>,
     ) -> io::Result<R> {
+        crate::sched::coop::spend(); // sched/coop.rs invariant 2
         let mut deadline: Option<Instant> = None;
         loop {
             let seen = self.readiness.seq(dir);
@@ -117,6 +118,7 @@ impl<T: AsFd> Source<T> {
         len: usize,
         mut op: impl FnMut(&T) -> io::Result<usize>,
     ) -> io::Result<usize> {
+        crate::sched::coop::spend(); // sched/coop.rs invariant 2
         let dir = Direction::Read;
         let mut deadline: Option<Instant> = None;
         // After a wait, always try: on a plain thread the wait was `poll(2)`, and nothing

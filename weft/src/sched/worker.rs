@@ -823,7 +823,13 @@ impl Worker {
         stack::set_running(None);
         self.current.set(None);
         match result {
-            CoroutineResult::Yield(Suspend::Yield) => self.ready.borrow_mut().push_back(task),
+            CoroutineResult::Yield(Suspend::Yield) => {
+                self.ready.borrow_mut().push_back(task);
+                // A task that yields (often: out of budget, sched/coop.rs) may be one that
+                // never parks; its worker's due timers must not wait for the periodic look
+                // every INJECTOR_INTERVAL picks, which can be 61 budgets away.
+                self.fire_timers();
+            }
             CoroutineResult::Yield(Suspend::Park) => {
                 // park/state.rs invariant 2: published only now, off the task's stack.
                 if header.park.publish_parked() {
