@@ -204,18 +204,32 @@ pub(crate) fn park_current_task_until(deadline: Instant) -> bool {
     worker.timer_seq.set(seq);
     let key = (deadline, seq);
     worker.timers.borrow_mut().insert(key, task);
+    // Removed when the park returns or unwinds (a cancelled sleeper must not keep its task
+    // alive until the deadline).
+    let _entry = TimerEntry { worker, key };
     park_task(header, None);
-    let mut timers = worker.timers.borrow_mut();
-    // Entries leave the map only from its front (`fire_timers`) or here: a key below the
-    // earliest one left was fired and removed already. Skipping the search then saves a walk
-    // through cold nodes on every timer wake (1M sleepers: most of the map is cold).
-    if timers
-        .first_key_value()
-        .is_some_and(|(first, _)| *first <= key)
-    {
-        timers.remove(&key);
-    }
     true
+}
+
+/// A parked task's entry in its worker's timer map, removed on drop.
+struct TimerEntry<'a> {
+    worker: &'a Worker,
+    key: (Instant, u64),
+}
+
+impl Drop for TimerEntry<'_> {
+    fn drop(&mut self) {
+        let mut timers = self.worker.timers.borrow_mut();
+        // Entries leave the map only from its front (`fire_timers`) or here: a key below the
+        // earliest one left was fired and removed already. Skipping the search then saves a
+        // walk through cold nodes on every timer wake (1M sleepers: most of the map is cold).
+        if timers
+            .first_key_value()
+            .is_some_and(|(first, _)| *first <= self.key)
+        {
+            timers.remove(&self.key);
+        }
+    }
 }
 
 /// A task cancelled by shutdown unwinds at its park (unless it is already unwinding).
