@@ -98,6 +98,7 @@ impl<T> Sender<T> {
     /// # Errors
     /// When every receiver is gone; the error gives the value back.
     pub fn send(&self, value: T) -> Result<(), SendError<T>> {
+        crate::sched::coop::spend();
         match self.chan.send(value, None, &mut park) {
             SendOutcome::Sent => Ok(()),
             SendOutcome::Disconnected(value) | SendOutcome::Timeout(value) => Err(SendError(value)),
@@ -135,6 +136,7 @@ impl<T> Sender<T> {
     /// # Errors
     /// On timeout or disconnection; both give the value back.
     pub fn send_deadline(&self, value: T, deadline: Instant) -> Result<(), SendTimeoutError<T>> {
+        crate::sched::coop::spend();
         match self.chan.send(value, Some(deadline), &mut park) {
             SendOutcome::Sent => Ok(()),
             SendOutcome::Disconnected(value) => Err(SendTimeoutError::Disconnected(value)),
@@ -169,6 +171,7 @@ impl<T> Receiver<T> {
     /// # Errors
     /// When the channel is empty and every sender is gone.
     pub fn recv(&self) -> Result<T, RecvError> {
+        crate::sched::coop::spend();
         match self.chan.recv(None, &mut park) {
             RecvOutcome::Got(value) => Ok(value),
             RecvOutcome::Disconnected | RecvOutcome::Timeout => Err(RecvError),
@@ -204,6 +207,7 @@ impl<T> Receiver<T> {
     /// # Errors
     /// On timeout, or when the channel is empty and every sender is gone.
     pub fn recv_deadline(&self, deadline: Instant) -> Result<T, RecvTimeoutError> {
+        crate::sched::coop::spend();
         match self.chan.recv(Some(deadline), &mut park) {
             RecvOutcome::Got(value) => Ok(value),
             RecvOutcome::Disconnected => Err(RecvTimeoutError::Disconnected),

@@ -81,6 +81,9 @@ fn park(deadline: Option<Instant>) {
 /// Runs a select over `arms`: the `select!` expansion calls this.
 #[doc(hidden)]
 pub fn run(arms: &mut [&mut dyn SelectArm], deadline: Option<Instant>, default: bool) -> Selected {
+    if !default {
+        crate::sched::coop::spend(); // a select that may block: coop.rs invariant 2
+    }
     super::core::select(arms, deadline, default, &mut shuffle, &mut park)
 }
 

@@ -24,8 +24,9 @@
 //! });
 //! ```
 //!
-//! Owns: `Source`, a non-blocking socket plus its readiness and its (lazy) registration
-//! with the poller of the first worker whose task waited on it.
+//! Owns: `Source`, a non-blocking socket plus its readiness, which holds its (lazy)
+//! registration with the poller of the worker whose task waits on it, moved when a task of
+//! another worker or runtime waits (sched/io.rs protocol step 3).
 //!
 //! Invariants:
 //! 1. Every socket held by a `Source` is in non-blocking mode.
@@ -33,6 +34,9 @@
 //!    `Drop` impl deregisters, then the socket field drops.
 //! 3. Name resolution that needs the system resolver runs on the blocking pool
 //!    (`task::spawn_blocking`), never on a worker (net/resolve.rs).
+//! 4. Nothing in a `Source` belongs to one worker, runtime or thread: the registration moves
+//!    with the waiter (sched/io.rs step 3), a plain thread waits in `poll(2)` and ignores the
+//!    `drained` hint (step 5), and timeouts are deadlines on the monotonic clock.
 //!
 //! May call: `sched::io`, `park`, `task` (spawn_blocking). Called by: users.
 //!
@@ -52,10 +56,10 @@ pub use udp::UdpSocket;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::sched::io::{self as reactor, Direction, Readiness, Registration};
+use crate::sched::io::{self as reactor, Direction, Readiness};
 
 pub(crate) fn timed_out() -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, "weft: i/o operation timed out")
@@ -64,7 +68,6 @@ pub(crate) fn timed_out() -> io::Error {
 /// A non-blocking socket and the machinery to wait on it (module invariants 1–2).
 pub(crate) struct Source<T: AsFd> {
     readiness: Arc<Readiness>,
-    registration: OnceLock<Registration>,
     /// Declared last: dropped after `Drop::drop` deregistered it.
     io: T,
 }
@@ -74,7 +77,6 @@ impl<T: AsFd> Source<T> {
     pub(crate) fn new(io: T) -> Source<T> {
         Source {
             readiness: Arc::default(),
-            registration: OnceLock::new(),
             io,
         }
     }
@@ -91,6 +93,7 @@ impl<T: AsFd> Source<T> {
         timeout: Option<Duration>,
         mut op: impl FnMut(&T) -> io::Result<R>,
     ) -> io::Result<R> {
+        crate::sched::coop::spend(); // sched/coop.rs invariant 2
         let mut deadline: Option<Instant> = None;
         loop {
             let seen = self.readiness.seq(dir);
@@ -115,11 +118,16 @@ impl<T: AsFd> Source<T> {
         len: usize,
         mut op: impl FnMut(&T) -> io::Result<usize>,
     ) -> io::Result<usize> {
+        crate::sched::coop::spend(); // sched/coop.rs invariant 2
         let dir = Direction::Read;
         let mut deadline: Option<Instant> = None;
+        // After a wait, always try: on a plain thread the wait was `poll(2)`, and nothing
+        // clears the hint there (sched/io.rs step 5).
+        let mut waited = false;
         loop {
             let seen = self.readiness.seq(dir);
-            if !self.readiness.is_drained(dir, seen) {
+            let skip = !waited && self.readiness.is_drained(dir, seen) && reactor::in_task();
+            if !skip {
                 match op(&self.io) {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -134,40 +142,26 @@ impl<T: AsFd> Source<T> {
                 deadline = timeout.and_then(|t| Instant::now().checked_add(t));
             }
             self.wait(dir, seen, deadline)?;
+            waited = true;
         }
     }
 
+    /// Waits for `dir` readiness: a task parks (sched/io.rs steps 2–4), a plain thread blocks
+    /// in `poll(2)` on the descriptor (step 5).
     fn wait(&self, dir: Direction, seen: u64, deadline: Option<Instant>) -> io::Result<()> {
-        match reactor::current_remote() {
-            Some(remote) => {
-                self.register(remote)?;
-                self.readiness.wait(dir, seen, deadline)
-            }
+        // SAFETY: `io` is the source's descriptor, and `Drop` deregisters before `io` (and so
+        // the descriptor) is dropped (invariant 2).
+        let parked = unsafe { self.readiness.wait(self.io.as_fd(), dir, seen, deadline) };
+        match parked {
+            Some(result) => result,
             None => sys::poll_fd(self.io.as_fd().as_raw_fd(), dir, deadline),
         }
-    }
-
-    fn register(&self, remote: Arc<crate::sched::Remote>) -> io::Result<()> {
-        if self.registration.get().is_some() {
-            return Ok(());
-        }
-        // SAFETY: `Drop` deregisters before `io` (and so the descriptor) is dropped
-        // (invariant 2).
-        let registration =
-            unsafe { Registration::register(remote, self.io.as_fd(), self.readiness.clone())? };
-        if let Err(lost) = self.registration.set(registration) {
-            // Another task of another worker registered it first (a shared `&TcpStream`).
-            lost.deregister(self.io.as_fd());
-        }
-        Ok(())
     }
 }
 
 impl<T: AsFd> Drop for Source<T> {
     fn drop(&mut self) {
-        if let Some(registration) = self.registration.get() {
-            registration.deregister(self.io.as_fd());
-        }
+        self.readiness.deregister(self.io.as_fd());
     }
 }
 

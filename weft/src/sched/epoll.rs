@@ -1,5 +1,5 @@
 //! The Linux epoll instance behind each worker's reactor (sched/io.rs): the sources live here,
-//! edge-triggered with `EPOLLRDHUP`, and this instance is itself registered (level-triggered)
+//! edge-triggered with `EPOLLRDHUP`, each for the directions this worker serves it in, and this instance is itself registered (level-triggered)
 //! in the worker's `polling::Poller`, so a sleeping worker wakes for I/O.
 //!
 //! Owns: one epoll descriptor per worker that has had a source.
@@ -51,21 +51,30 @@ impl Epoll {
         self.fd.as_fd()
     }
 
-    /// Adds `fd`, edge-triggered, for reads, writes and read hang-up.
-    pub(crate) fn add(&self, fd: BorrowedFd<'_>, key: u64) -> io::Result<()> {
+    /// Adds `fd`, edge-triggered, for the directions in `dirs` (see [`mask`]).
+    pub(crate) fn add(&self, fd: BorrowedFd<'_>, key: u64, dirs: [bool; 2]) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd, key, dirs)
+    }
+
+    /// Changes the directions `fd` (added under `key`) is watched for. Like `add`, it reports
+    /// a source that is ready already (edge-triggered, the change re-arms it).
+    pub(crate) fn modify(&self, fd: BorrowedFd<'_>, key: u64, dirs: [bool; 2]) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, fd, key, dirs)
+    }
+
+    fn ctl(
+        &self,
+        op: libc::c_int,
+        fd: BorrowedFd<'_>,
+        key: u64,
+        dirs: [bool; 2],
+    ) -> io::Result<()> {
         let mut event = libc::epoll_event {
-            events: (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
+            events: mask(dirs),
             u64: key,
         };
         // SAFETY: both descriptors are open; `event` is a live epoll_event.
-        cvt(unsafe {
-            libc::epoll_ctl(
-                self.fd.as_raw_fd(),
-                libc::EPOLL_CTL_ADD,
-                fd.as_raw_fd(),
-                &mut event,
-            )
-        })?;
+        cvt(unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), op, fd.as_raw_fd(), &mut event) })?;
         Ok(())
     }
 
@@ -101,6 +110,19 @@ impl Epoll {
         // SAFETY: the kernel initialized the first `n` events.
         unsafe { std::slice::from_raw_parts(buf.as_ptr().cast(), n) }
     }
+}
+
+/// The edge-triggered event mask for `dirs` (read: data and read hang-up; write); hang-ups
+/// and errors are always reported, and count for both directions.
+fn mask(dirs: [bool; 2]) -> u32 {
+    let mut events = libc::EPOLLET;
+    if dirs[0] {
+        events |= libc::EPOLLIN | libc::EPOLLRDHUP;
+    }
+    if dirs[1] {
+        events |= libc::EPOLLOUT;
+    }
+    events as u32
 }
 
 impl From<&libc::epoll_event> for Ready {

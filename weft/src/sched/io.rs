@@ -1,50 +1,99 @@
-//! I/O readiness: the bridge between a worker's poller and the tasks waiting on sockets.
+//! I/O readiness: the bridge between the workers' pollers and the tasks waiting on sockets.
 //!
 //! Owns: each worker's [`Reactor`] (a slab of the sources registered with that worker's
-//! poller, touched under its mutex by whoever registers, deregisters or dispatches), and each
-//! source's [`Readiness`] (two sequence numbers and two waiter lists under a small mutex,
-//! touched by the tasks and threads doing I/O on it and by the dispatching worker).
+//! poller, touched under its mutex by whoever registers, moves, deregisters or dispatches),
+//! and each source's [`Readiness`]: two sequence numbers, and under a small mutex two waiter
+//! lists plus the source's *memberships* — which workers' epoll instances it is in, with which
+//! direction each one serves. Both are touched by the tasks doing I/O on the source, by the
+//! dispatching workers, and by the source's owner when it drops.
 //!
-//! A source is registered, edge-triggered for both directions and for read hang-up, in the
-//! epoll instance of the worker whose task first has to wait on it (`weft::net` registers
-//! lazily, at the first `WouldBlock`), and stays there until dropped. That instance
-//! (sched/epoll.rs) sits, level-triggered, in the worker's `polling::Poller`, so a sleeping
-//! worker wakes for I/O; a busy worker polls it directly ([`poll_now`]). A key is a slab index
-//! plus a generation:
+//! A source is registered lazily (`weft::net` waits only after a `WouldBlock`), edge-triggered,
+//! in the epoll instance of the worker whose task is waiting on it *now*: each direction (read
+//! with read hang-up, write) is served by exactly one membership once registered, and a source
+//! is in at most two instances (one per direction). Each instance (sched/epoll.rs) sits,
+//! level-triggered, in its worker's `polling::Poller`, so a sleeping worker wakes for I/O; a
+//! busy worker polls it directly ([`poll_now`]). A key is a slab index plus a generation:
 //!
 //! ```text
 //!   key (u64) = generation << 32 | index      slab[index] = (generation, Arc<Readiness>)
 //! ```
 //!
-//! so an event for a source deregistered meanwhile finds another generation (or nothing) and is
-//! dropped: keys never dangle.
+//! so an event for a membership removed meanwhile finds another generation (or nothing) and is
+//! dropped: keys never dangle. A moved membership gets a new key in its new worker's slab.
 //!
 //! The wait protocol (numbered as the code cites them):
 //! 1. The waiter loads the direction's sequence number (Acquire), then tries its operation.
-//! 2. On `WouldBlock` it makes sure the source is registered, locks the readiness, and compares
-//!    the sequence number with step 1's: if it moved, readiness arrived meanwhile: retry.
-//! 3. Otherwise it pushes itself on the waiter list, unlocks and parks (in a loop: spurious
-//!    returns are allowed), until the sequence number moves or its deadline passes; on a
-//!    deadline it removes its own entry.
-//! 4. `dispatch`, for each event, locks the readiness, bumps the sequence number of each ready
-//!    direction (Release, under the lock) and wakes every waiter of that direction.
+//! 2. On `WouldBlock`, a task locks the readiness and compares the sequence number with step
+//!    1's: if it moved, readiness arrived meanwhile: retry.
+//! 3. Still under the lock, it makes sure its direction is served by its own worker (*serve*):
+//!    if no membership serves it, or one on another worker (of this runtime or of another,
+//!    perhaps dropped) that no other waiter of that direction parked on that worker relies on,
+//!    the direction moves here: `EPOLL_CTL_DEL` (or `MOD`, if the old instance keeps the other
+//!    direction) there, then `ADD` (or `MOD`) here. The other direction comes along unless a
+//!    waiter of it is parked on its serving worker: a connection handed to another task keeps
+//!    one membership, and a reader and a writer on two workers get one each.
+//! 4. It pushes itself on the waiter list (with its worker), unlocks and parks (in a loop:
+//!    spurious returns are allowed) until the sequence number moves or its deadline passes; on
+//!    a deadline, or when the park unwinds (cancellation), it removes its own entry
+//!    (invariant 4 says what else that does).
+//! 5. A plain thread skips steps 2–4: it waits in `poll(2)` on the descriptor itself (through
+//!    no worker, `net/sys.rs`), then retries; it never trusts the `drained` hint, which only
+//!    a reactor clears.
+//! 6. `dispatch`, for each event, locks the readiness, bumps the sequence number of each ready
+//!    direction (Release, under the lock) and wakes every waiter of that direction, whichever
+//!    worker (or runtime) it is parked on.
 //!
 //! Invariants:
 //! 1. A sequence number only changes under its readiness mutex, so step 2's compare and step
-//!    3's push are atomic with respect to step 4: no wakeup is lost. Edge-triggered epoll
-//!    reports every transition to ready after the operation's `EAGAIN`, and `EPOLL_CTL_ADD`
-//!    reports a source that is already ready, so no readiness is lost either.
-//! 2. A source is deleted from its poller before its descriptor is closed (`Registration`'s
-//!    owner drops it first), and its slab entry is removed in the same step.
+//!    4's push are atomic with respect to step 6: no wakeup is lost. Edge-triggered epoll
+//!    reports every transition to ready after the operation's `EAGAIN`, and `EPOLL_CTL_ADD` /
+//!    `EPOLL_CTL_MOD` report a source that is already ready, so no readiness is lost either,
+//!    not even across a move (an edge between the `DEL` there and the `ADD` here is still
+//!    ready at the `ADD`, or was consumed).
+//! 2. A membership is deleted from its poller before the descriptor is closed (`Source`'s
+//!    `Drop` calls [`Readiness::deregister`] first), and its slab entry is removed in the same
+//!    step, under the readiness lock; so is one that moves.
+//! 3. While a waiter is parked on a direction, some membership serves that direction: a
+//!    waiter pushes itself only after step 3 succeeded, under the same lock, and a membership
+//!    loses a direction only in a move that hands it to another under that lock. A move that
+//!    fails half-way wakes that direction's waiters (a sequence-number bump), so each retries
+//!    and serves it itself or gets the error.
+//! 4. While waiters are parked on a direction, the worker serving it is the worker of one of
+//!    them: step 3 moves the direction unless a waiter parked on the serving worker relies on
+//!    it (the other direction comes along only if none of its waiters is parked, since by this
+//!    invariant one of them would be on its serving worker), and a waiter that gives up
+//!    (deadline, cancellation) leaving only waiters on other workers wakes them to re-check,
+//!    so that the first to wait again moves it. So a waiter is served by its own worker or by
+//!    one whose waiter wants the same event.
+//! 5. Lock order: a readiness, then a reactor's slab; never the other way (`poll_now` drops
+//!    the slab lock before it wakes).
 //!
-//! May call: `park`. Called by: `sched/worker.rs` (dispatch, has_sources), `net`.
+//! May call: `park`, `sched` (the running task's home worker). Called by: `sched/worker.rs`
+//! (dispatch, poll_now, has_sources), `net`.
 //!
 //! Why edge-triggered with sequence numbers rather than oneshot re-arming: a ping-pong
 //! connection would otherwise pay an `epoll_ctl` per wait; here a source costs one `epoll_ctl`
-//! in its life. With `drained` (a short read emptied the queue), a ping-pong read costs one
-//! `recv`, not a second one that returns `EAGAIN`; `read_closed` (from `EPOLLRDHUP`) keeps
-//! that from missing an end of stream that arrived with the last data. Why a slab with generations rather than a pointer in the event's key: a pointer
-//! would dangle when a source is dropped while its event is in flight in a worker's batch.
+//! while it stays on one worker, and a wait checks its membership with one pointer compare
+//! under the lock it takes anyway. With `drained` (a short read emptied the queue), a
+//! ping-pong read costs one `recv`, not a second one that returns `EAGAIN`; `read_closed` (from
+//! `EPOLLRDHUP`) keeps that from missing an end of stream that arrived with the last data.
+//!
+//! Why the registration follows the waiter: it used to stay, for the source's life, in the
+//! epoll of the first worker that waited, so a socket handed to a task on another worker was
+//! served by a worker that might be busy in a task that never parks (data seen seconds late),
+//! and one that had waited in a dropped runtime was served by nobody (parked forever). A
+//! waiter's own worker is the one certain to poll for it as soon as it has nothing else to
+//! do. Rejected: waking the waiters parked on the old membership so that they re-register —
+//! a reader and a writer on two workers would then take the membership from each other
+//! forever; keeping one membership for both directions — the same fight, or one of them
+//! served by the other's worker. One runtime-wide poller (tokio, Go) would serve every waiter
+//! from any idle worker, but a level-triggered instance shared by all pollers wakes every
+//! sleeping worker per event. What remains: several tasks on different workers waiting on the
+//! *same* direction of one socket (two acceptors on one listener) are served by one of their
+//! workers; if that one is stuck in a task that never parks, the others wait for it.
+//!
+//! Why a slab with generations rather than a pointer in the event's key: a pointer would
+//! dangle when a source is dropped while its event is in flight in a worker's batch.
 
 use std::io;
 use std::os::fd::BorrowedFd;
@@ -63,7 +112,7 @@ pub(crate) enum Direction {
     Write,
 }
 
-/// One registered source's readiness, shared by its owner and the reactor.
+/// One source's readiness and memberships, shared by its owner and the reactors.
 #[derive(Default)]
 pub(crate) struct Readiness {
     /// Bumped at each readable (index 0) / writable (index 1) event; only under `state`
@@ -71,7 +120,8 @@ pub(crate) struct Readiness {
     seq: [AtomicU64; 2],
     /// `seq + 1` at the start of the last read that came back short (the socket's queue was
     /// empty after it), 0 if none: while `seq` has not moved since, another read would only
-    /// return `EAGAIN`, so it is skipped (tokio's `clear_readiness` after a short read).
+    /// return `EAGAIN`, so a task skips it (tokio's `clear_readiness` after a short read).
+    /// Only a reactor moves `seq`, so a plain thread ignores this (protocol step 5).
     drained: [AtomicU64; 2],
     /// The peer closed its write half (`EPOLLRDHUP`, or the connection failed): from then on a
     /// short read no longer means "wait", since end of stream may be next. Written under
@@ -83,14 +133,179 @@ pub(crate) struct Readiness {
 #[derive(Default)]
 struct WaitLists {
     next_token: u64,
-    waiters: [Vec<(u64, Waiter)>; 2],
+    waiters: [Vec<Entry>; 2],
+    /// The epoll instances the source is in; each serves one direction or both, and each
+    /// direction is served by at most one (invariant 3), so two slots are enough.
+    members: [Option<Member>; 2],
+}
+
+/// A parked task: its token (to remove itself), its worker (protocol step 3), its waker.
+struct Entry {
+    token: u64,
+    /// `Arc::as_ptr` of the worker's `Remote`, an identity only (never dereferenced); the
+    /// parked task's header holds that `Remote`, so the address is not reused meanwhile.
+    worker: usize,
+    waiter: Waiter,
+}
+
+/// The source's place in one worker's epoll instance.
+struct Member {
+    remote: Arc<Remote>,
+    key: usize,
+    /// The directions it serves, indexed by `Direction as usize`.
+    dirs: [bool; 2],
+}
+
+impl Member {
+    fn serves(&self, d: usize) -> bool {
+        self.dirs[d]
+    }
+
+    fn is_on(&self, worker: usize) -> bool {
+        Arc::as_ptr(&self.remote) as usize == worker
+    }
+}
+
+/// What a move took out of `members`: remotes to drop after the lock is released (a last
+/// reference to a dropped runtime's worker closes its poller).
+type Retired = [Option<Arc<Remote>>; 2];
+
+impl WaitLists {
+    /// The index of the member serving `d`, if any.
+    fn serving(&self, d: usize) -> Option<usize> {
+        self.members
+            .iter()
+            .position(|m| m.as_ref().is_some_and(|m| m.serves(d)))
+    }
+
+    /// The member serving `d`, if any.
+    fn serving_member(&self, d: usize) -> Option<&Member> {
+        self.members[self.serving(d)?].as_ref()
+    }
+
+    /// Whether a waiter of `d` is parked on `member`'s worker.
+    fn has_waiter_on(&self, d: usize, member: &Member) -> bool {
+        self.waiters[d]
+            .iter()
+            .any(|entry| member.is_on(entry.worker))
+    }
+
+    /// Whether the member serving `d` must stay where it is for `worker`'s sake: it is on
+    /// `worker` already, or a waiter of `d` parked on its worker relies on it (invariant 4).
+    fn keeps(&self, d: usize, worker: usize) -> bool {
+        self.serving_member(d)
+            .is_some_and(|m| m.is_on(worker) || self.has_waiter_on(d, m))
+    }
+
+    /// Protocol step 3: makes sure `d` is served by `home`'s epoll instance.
+    ///
+    /// # Safety
+    /// `fd` must stay open until [`Readiness::deregister`] (invariant 2).
+    unsafe fn serve(
+        &mut self,
+        readiness: &Arc<Readiness>,
+        fd: BorrowedFd<'_>,
+        d: usize,
+        home: &Arc<Remote>,
+        retired: &mut Retired,
+    ) -> io::Result<()> {
+        let here = Arc::as_ptr(home) as usize;
+        // The hot path: a ping-pong connection waits on the worker it waited on last time.
+        if self.keeps(d, here) {
+            return Ok(());
+        }
+        let other = 1 - d;
+        let moving = [
+            d == 0 || !self.keeps(other, here),
+            d == 1 || !self.keeps(other, here),
+        ];
+        // Take the moving directions off their members first, so that at most two exist.
+        for (slot, retired) in self.members.iter_mut().zip(retired.iter_mut()) {
+            let Some(member) = slot.as_mut() else {
+                continue;
+            };
+            if member.is_on(here) {
+                continue;
+            }
+            let before = member.dirs;
+            member.dirs = [before[0] && !moving[0], before[1] && !moving[1]];
+            if member.dirs == before {
+                continue;
+            }
+            if member.dirs == [false, false] {
+                let member = slot.take().expect("member");
+                member.remote.io.remove(fd, member.key);
+                *retired = Some(member.remote);
+            } else {
+                // An error would leave it reporting the moved direction too: spurious wakes.
+                let _ = member
+                    .remote
+                    .io
+                    .epoll
+                    .modify(fd, member.key as u64, member.dirs);
+            }
+        }
+        let added = match self
+            .members
+            .iter()
+            .position(|m| m.as_ref().is_some_and(|m| m.is_on(here)))
+        {
+            Some(i) => {
+                let member = self.members[i].as_mut().expect("member");
+                let dirs = [member.dirs[0] || moving[0], member.dirs[1] || moving[1]];
+                let modified = member.remote.io.epoll.modify(fd, member.key as u64, dirs);
+                if modified.is_ok() {
+                    member.dirs = dirs;
+                }
+                modified
+            }
+            None => {
+                let free = self.members.iter().position(Option::is_none);
+                let free = free.expect("weft: a source in more than two epoll instances");
+                // SAFETY: the caller keeps `fd` open until `deregister` (invariant 2).
+                let key = unsafe { home.io.insert(fd, readiness.clone(), moving) };
+                key.map(|key| {
+                    self.members[free] = Some(Member {
+                        remote: home.clone(),
+                        key,
+                        dirs: moving,
+                    });
+                })
+            }
+        };
+        if let Err(e) = added {
+            // Invariant 3: whoever waits on a direction now served by nobody retries.
+            for x in 0..2 {
+                if self.serving(x).is_none() {
+                    readiness.bump_locked(self, x, false);
+                }
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+}
+
+/// Removes a parked waiter's entry if its park unwinds (protocol step 4); forgotten on the
+/// normal paths, where the entry is gone already.
+struct EntryGuard<'a> {
+    readiness: &'a Readiness,
+    d: usize,
+    token: u64,
+}
+
+impl Drop for EntryGuard<'_> {
+    fn drop(&mut self) {
+        let mut lists = self.readiness.lock();
+        self.readiness.leave(&mut lists, self.d, self.token);
+    }
 }
 
 impl Readiness {
     /// Step 1: the sequence number to compare with after a `WouldBlock`.
     pub(crate) fn seq(&self, dir: Direction) -> u64 {
-        // Acquire: pairs with the Release bump in `wake`, so that the operation tried after
-        // this load sees whatever the event announced.
+        // Acquire: pairs with the Release bump in `bump_locked`, so that the operation tried
+        // after this load sees whatever the event announced.
         self.seq[dir as usize].load(Ordering::Acquire)
     }
 
@@ -100,11 +315,12 @@ impl Readiness {
     }
 
     /// Whether no event arrived since an operation started at `seen` emptied the queue: the
-    /// next try would be a wasted `EAGAIN`. A hint: a stale answer costs one syscall or one
-    /// trip through `wait`, which re-checks `seq` under the lock (invariant 1).
+    /// next try would be a wasted `EAGAIN`. A hint, for tasks only (step 5): a stale answer
+    /// costs one syscall or one trip through `wait`, which re-checks `seq` under the lock
+    /// (invariant 1).
     pub(crate) fn is_drained(&self, dir: Direction, seen: u64) -> bool {
         // Relaxed: `seen` came from the Acquire load in `seq`, which pairs with the Release bump
-        // that followed the `read_closed` store in `wake`.
+        // that followed the `read_closed` store in `bump_locked`.
         self.drained[dir as usize].load(Ordering::Relaxed) == seen.wrapping_add(1)
             && !self.read_closed.load(Ordering::Relaxed)
     }
@@ -113,27 +329,52 @@ impl Readiness {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Steps 2–3: parks the caller until the sequence number moves past `seen` or `deadline`
-    /// passes. `Ok` means "retry the operation"; a passed deadline is `TimedOut`.
-    pub(crate) fn wait(
-        &self,
+    /// Steps 2–4: parks the running task until the sequence number moves past `seen` or
+    /// `deadline` passes, first moving `dir`'s registration to the task's worker if needed.
+    /// `Some(Ok)` means "retry the operation"; a passed deadline is `TimedOut`. `None` on a
+    /// plain thread, which must wait on the descriptor itself (step 5).
+    ///
+    /// # Safety
+    /// `fd` must be the source's descriptor, open until [`Readiness::deregister`] is called
+    /// (invariant 2).
+    pub(crate) unsafe fn wait(
+        self: &Arc<Self>,
+        fd: BorrowedFd<'_>,
         dir: Direction,
         seen: u64,
         deadline: Option<Instant>,
-    ) -> io::Result<()> {
+    ) -> Option<io::Result<()>> {
         let d = dir as usize;
-        let token = {
+        let mut retired = Retired::default();
+        let pushed = with_home(|home| {
             let mut lists = self.lock();
             if self.seq[d].load(Ordering::Relaxed) != seen {
-                return Ok(());
+                return Ok(None);
             }
             if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                 return Err(timed_out());
             }
+            // SAFETY: the caller's contract.
+            unsafe { lists.serve(self, fd, d, home, &mut retired)? };
             let token = lists.next_token;
             lists.next_token += 1;
-            lists.waiters[d].push((token, Waiter::current()));
-            token
+            lists.waiters[d].push(Entry {
+                token,
+                worker: Arc::as_ptr(home) as usize,
+                waiter: Waiter::current(),
+            });
+            Ok(Some(token))
+        })?;
+        drop(retired);
+        let token = match pushed {
+            Ok(Some(token)) => token,
+            Ok(None) => return Some(Ok(())),
+            Err(e) => return Some(Err(e)),
+        };
+        let guard = EntryGuard {
+            readiness: self,
+            d,
+            token,
         };
         loop {
             match deadline {
@@ -142,28 +383,70 @@ impl Readiness {
             }
             let mut lists = self.lock();
             if self.seq[d].load(Ordering::Relaxed) != seen {
-                return Ok(());
+                // The bump drained the list, our entry with it (step 6).
+                drop(lists);
+                std::mem::forget(guard);
+                return Some(Ok(()));
             }
             if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-                lists.waiters[d].retain(|(t, _)| *t != token);
-                return Err(timed_out());
+                self.leave(&mut lists, d, token);
+                drop(lists);
+                std::mem::forget(guard);
+                return Some(Err(timed_out()));
             }
         }
     }
 
-    /// Step 4: readiness arrived in `dir`.
+    /// Removes the entry `token` of a waiter that gives up (deadline, or an unwinding park);
+    /// `lists` is this readiness's, locked. If the waiters left behind are all on other
+    /// workers than the one serving `d`, they are woken to re-check, and the first to wait
+    /// again moves `d` to its worker (invariant 4).
+    fn leave(&self, lists: &mut WaitLists, d: usize, token: u64) {
+        lists.waiters[d].retain(|entry| entry.token != token);
+        if lists.waiters[d].is_empty() {
+            return;
+        }
+        let served = lists
+            .serving_member(d)
+            .is_some_and(|m| lists.has_waiter_on(d, m));
+        if !served {
+            self.bump_locked(lists, d, false);
+        }
+    }
+
+    /// Step 6: readiness arrived in `dir`.
     fn wake(&self, dir: Direction, read_closed: bool) {
-        let d = dir as usize;
         let mut lists = self.lock();
+        self.bump_locked(&mut lists, dir as usize, read_closed);
+    }
+
+    /// Bumps `d`'s sequence number and wakes its waiters; `lists` is this readiness's, locked.
+    fn bump_locked(&self, lists: &mut WaitLists, d: usize, read_closed: bool) {
         if read_closed {
             self.read_closed.store(true, Ordering::Relaxed);
         }
         // Release: pairs with the Acquire load in `seq` (step 1).
         self.seq[d].fetch_add(1, Ordering::Release);
         // Waking under the lock keeps the list's capacity; waking never takes an I/O lock.
-        for (_, waiter) in lists.waiters[d].drain(..) {
-            waiter.wake();
+        for entry in lists.waiters[d].drain(..) {
+            entry.waiter.wake();
         }
+    }
+
+    /// Deletes the source from every epoll instance it is in and frees its keys; call before
+    /// closing `fd` (invariant 2).
+    pub(crate) fn deregister(&self, fd: BorrowedFd<'_>) {
+        let mut retired = Retired::default();
+        {
+            let mut lists = self.lock();
+            for (slot, retired) in lists.members.iter_mut().zip(retired.iter_mut()) {
+                if let Some(member) = slot.take() {
+                    member.remote.io.remove(fd, member.key);
+                    *retired = Some(member.remote);
+                }
+            }
+        }
+        drop(retired);
     }
 }
 
@@ -227,6 +510,47 @@ impl Reactor {
     fn lock(&self) -> MutexGuard<'_, Slab> {
         self.slab.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Adds `fd` to this worker's epoll instance for the directions in `dirs`, with a fresh
+    /// key that leads to `readiness`; returns the key.
+    ///
+    /// # Safety
+    /// `fd` must stay open until [`Reactor::remove`] is called with the key (invariant 2).
+    unsafe fn insert(
+        &self,
+        fd: BorrowedFd<'_>,
+        readiness: Arc<Readiness>,
+        dirs: [bool; 2],
+    ) -> io::Result<usize> {
+        let key = {
+            let mut slab = self.lock();
+            slab.generation = (slab.generation + 1) % GENERATION_LIMIT;
+            let generation = slab.generation;
+            let index = slab.entries.insert((generation, readiness));
+            assert!(
+                index <= INDEX_MASK,
+                "weft: more than 2^32 sources on one worker"
+            );
+            generation << INDEX_BITS | index
+        };
+        if let Err(e) = self.epoll.add(fd, key as u64, dirs) {
+            // Dropped after the slab lock: the entry holds an `Arc<Readiness>`.
+            let entry = self.lock().entries.remove(key & INDEX_MASK);
+            drop(entry);
+            return Err(e);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        Ok(key)
+    }
+
+    /// Deletes `fd` (added under `key`) from the epoll instance and frees the key.
+    fn remove(&self, fd: BorrowedFd<'_>, key: usize) {
+        // An error means the fd is not in the instance: nothing to undo there.
+        let _ = self.epoll.delete(fd);
+        let entry = self.lock().entries.remove(key & INDEX_MASK);
+        drop(entry);
+        self.count.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Slab {
@@ -237,61 +561,20 @@ impl Slab {
     }
 }
 
-/// A source's registration with one worker's poller; deregisters on [`Registration::deregister`].
-pub(crate) struct Registration {
-    remote: Arc<Remote>,
-    key: usize,
+/// Whether a task is running on this thread (protocol step 5: plain threads poll the
+/// descriptor and ignore `drained`).
+pub(crate) fn in_task() -> bool {
+    crate::sched::current_task_ptr().is_some()
 }
 
-impl Registration {
-    /// Registers `fd` edge-triggered for both directions with `remote`'s poller.
-    ///
-    /// # Safety
-    /// `fd` must stay open until [`Registration::deregister`] is called on the result
-    /// (invariant 2).
-    pub(crate) unsafe fn register(
-        remote: Arc<Remote>,
-        fd: BorrowedFd<'_>,
-        readiness: Arc<Readiness>,
-    ) -> io::Result<Registration> {
-        let reactor = &remote.io;
-        let key = {
-            let mut slab = reactor.lock();
-            slab.generation = (slab.generation + 1) % GENERATION_LIMIT;
-            let generation = slab.generation;
-            let index = slab.entries.insert((generation, readiness));
-            assert!(
-                index <= INDEX_MASK,
-                "weft: more than 2^32 sources on one worker"
-            );
-            generation << INDEX_BITS | index
-        };
-        // The caller keeps `fd` open until `deregister`, which deletes it from the epoll
-        // instance first (invariant 2).
-        let added = reactor.epoll.add(fd, key as u64);
-        if let Err(e) = added {
-            let mut slab = reactor.lock();
-            slab.entries.remove(key & INDEX_MASK);
-            return Err(e);
-        }
-        reactor.count.fetch_add(1, Ordering::Relaxed);
-        Ok(Registration { remote, key })
-    }
-
-    /// Deletes `fd` from the poller and frees its key; call before closing `fd`.
-    pub(crate) fn deregister(&self, fd: BorrowedFd<'_>) {
-        let reactor = &self.remote.io;
-        // An error means the fd was never added: nothing to undo.
-        let _ = reactor.epoll.delete(fd);
-        let mut slab = reactor.lock();
-        slab.entries.remove(self.key & INDEX_MASK);
-        reactor.count.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// The home worker of the running task, to register a source with; `None` on a plain thread.
-pub(crate) fn current_remote() -> Option<Arc<Remote>> {
-    crate::sched::current_task()?.header().home().cloned()
+/// Calls `f` with the home worker of the running task, without touching a reference count;
+/// `None` on a plain thread.
+fn with_home<R>(f: impl FnOnce(&Arc<Remote>) -> R) -> Option<R> {
+    let header = crate::sched::current_task_ptr()?;
+    // SAFETY: the running task's header lives for the whole resume (its worker holds the
+    // `Task`, sched/worker.rs), and `f` runs inside this resume: nothing here parks.
+    let header = unsafe { header.as_ref() };
+    header.home().map(f)
 }
 
 /// Wakes the tasks waiting on the sources in `events` (a batch of the worker's poller).

@@ -31,6 +31,7 @@
 pub(crate) mod blocking;
 #[cfg(not(loom))]
 pub(crate) mod compute;
+pub mod coop;
 #[cfg(not(loom))]
 mod epoll;
 mod idle;
@@ -52,6 +53,8 @@ pub(crate) use idle::{RestFlag, SleepFlags};
 
 #[cfg(not(loom))]
 mod runtime;
+#[cfg(not(loom))]
+pub use monitor::{MonitorReport, StuckActivity};
 #[cfg(not(loom))]
 pub(crate) use runtime::Remote;
 #[cfg(not(loom))]

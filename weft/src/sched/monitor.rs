@@ -11,8 +11,12 @@
 //!    (`Shared::wake_idle_worker`), whose search steals them (sched/mod.rs invariant 1: only
 //!    never-started tasks move; the stuck worker's woken, started tasks stay — moving them
 //!    would be unsound).
-//! 2. The first time a spawn site stalls a worker, it prints a warning naming the task's id
-//!    and spawn site (once per site, so a hot loop cannot flood stderr).
+//! 2. The first time a spawn site stalls a worker, it reports it (once per site, so a hot loop
+//!    cannot flood the log): a [`MonitorReport`] naming the task's id, name and spawn site and
+//!    saying what the worker is doing, read from the kernel (`/proc/self/task/TID/syscall`):
+//!    computing, blocked in a named system call, or waiting on a futex. The report goes to the
+//!    runtime's hook ([`crate::RuntimeBuilder::monitor_report`]), by default stderr; a hook
+//!    that drops it changes nothing in step 1.
 //!
 //! # Idle
 //! With every worker asleep there is nothing to watch, and ticking every 5 ms cost ≈4 ms of CPU
@@ -43,7 +47,171 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::idle::RestFlag;
-use super::runtime::Shared;
+use super::runtime::{Remote, Shared};
+
+/// Where the monitor's reports go: the runtime's hook.
+pub(crate) type ReportHook = Arc<dyn Fn(&MonitorReport) + Send + Sync>;
+
+/// What a stuck worker is doing, as the kernel tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StuckActivity {
+    /// Running (or ready to run) in user mode: a computation that does not park.
+    Computing,
+    /// Blocked in a system call other than `futex`, e.g. a `std::net` read or a
+    /// `std::thread::sleep`; `name` is known for the common ones.
+    Syscall {
+        /// The system call's number on this architecture.
+        number: i64,
+        /// Its name, like `read` or `clock_nanosleep`.
+        name: Option<&'static str>,
+    },
+    /// Waiting on a futex: a std `Mutex`, `RwLock`, `Condvar`, a `thread::park`, or another
+    /// thread's join.
+    Futex,
+    /// The kernel's answer could not be read.
+    Unknown,
+}
+
+/// The monitor's report on a worker that has run one task for longer than the runtime's
+/// `monitor_threshold` without parking. Its `Display` is the message weft prints by default.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct MonitorReport {
+    /// The stuck worker's index.
+    pub worker: usize,
+    /// The task it runs, by id.
+    pub task_id: u64,
+    /// The task's name, if it was given one.
+    pub task_name: Option<Arc<str>>,
+    /// Where the task was spawned, when known.
+    pub spawn_site: Option<&'static Location<'static>>,
+    /// How long the task has held the worker so far.
+    pub stuck_for: Duration,
+    /// What the worker's thread is doing.
+    pub activity: StuckActivity,
+}
+
+impl std::fmt::Display for MonitorReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "weft: worker {} has run task {}",
+            self.worker, self.task_id
+        )?;
+        if let Some(name) = &self.task_name {
+            write!(f, " \"{name}\"")?;
+        }
+        match self.spawn_site {
+            Some(site) => write!(f, " (spawned at {site})")?,
+            None => write!(f, " (spawned at an unknown site)")?,
+        }
+        write!(f, " for {} ms without parking", self.stuck_for.as_millis())?;
+        match &self.activity {
+            StuckActivity::Computing => write!(
+                f,
+                ": it is computing. Call weft::yield_now() in long loops, or run the \
+                 computation through weft::task::spawn_blocking"
+            )?,
+            StuckActivity::Syscall { number, name } => {
+                match name {
+                    Some(name) => write!(f, ": it is blocked in the kernel in {name}(2)")?,
+                    None => write!(f, ": it is blocked in the kernel in system call {number}")?,
+                }
+                write!(
+                    f,
+                    ", and every task of that worker with it. Use weft::net and weft::time \
+                     instead of std's, or make the call through weft::task::spawn_blocking"
+                )?
+            }
+            StuckActivity::Futex => write!(
+                f,
+                ": it is waiting on a futex (a std Mutex, RwLock or Condvar, a thread park or \
+                 join), which blocks every task of that worker. A std::sync::Mutex held across \
+                 a park by another task of the same worker deadlocks it: use weft::sync"
+            )?,
+            StuckActivity::Unknown => {}
+        }
+        write!(
+            f,
+            ". Tasks queued behind it that have not started move to other workers"
+        )
+    }
+}
+
+/// The default hook: the report on stderr.
+pub(crate) fn print_report(report: &MonitorReport) {
+    eprintln!("{report}");
+}
+
+/// What the worker behind `remote` is doing now, from `/proc/self/task/TID/syscall`: the
+/// first field is "running" in user mode, else the number of the system call it is in.
+fn read_activity(remote: &Remote) -> StuckActivity {
+    let tid = remote.tid.load(Ordering::Relaxed);
+    if tid == 0 {
+        return StuckActivity::Unknown;
+    }
+    let Ok(text) = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")) else {
+        return StuckActivity::Unknown;
+    };
+    parse_activity(&text)
+}
+
+fn parse_activity(text: &str) -> StuckActivity {
+    match text.split_whitespace().next() {
+        Some("running") => StuckActivity::Computing,
+        Some(first) => match first.parse::<i64>() {
+            Ok(libc::SYS_futex) => StuckActivity::Futex,
+            Ok(number) if number >= 0 => StuckActivity::Syscall {
+                number,
+                name: syscall_name(number),
+            },
+            // -1: blocked, but not in a system call (a page fault, say).
+            _ => StuckActivity::Unknown,
+        },
+        None => StuckActivity::Unknown,
+    }
+}
+
+/// Names of the system calls a task is likely to block a worker in.
+fn syscall_name(number: i64) -> Option<&'static str> {
+    const NAMES: &[(i64, &str)] = &[
+        (libc::SYS_read, "read"),
+        (libc::SYS_write, "write"),
+        (libc::SYS_readv, "readv"),
+        (libc::SYS_writev, "writev"),
+        (libc::SYS_pread64, "pread64"),
+        (libc::SYS_pwrite64, "pwrite64"),
+        (libc::SYS_openat, "openat"),
+        (libc::SYS_fsync, "fsync"),
+        (libc::SYS_fdatasync, "fdatasync"),
+        (libc::SYS_connect, "connect"),
+        (libc::SYS_accept, "accept"),
+        (libc::SYS_accept4, "accept4"),
+        (libc::SYS_recvfrom, "recvfrom"),
+        (libc::SYS_recvmsg, "recvmsg"),
+        (libc::SYS_sendto, "sendto"),
+        (libc::SYS_sendmsg, "sendmsg"),
+        (libc::SYS_ppoll, "ppoll"),
+        (libc::SYS_pselect6, "pselect6"),
+        (libc::SYS_epoll_pwait, "epoll_pwait"),
+        (libc::SYS_clock_nanosleep, "clock_nanosleep"),
+        (libc::SYS_nanosleep, "nanosleep"),
+        (libc::SYS_wait4, "wait4"),
+        (libc::SYS_flock, "flock"),
+        (libc::SYS_fcntl, "fcntl"),
+        #[cfg(target_arch = "x86_64")]
+        (libc::SYS_poll, "poll"),
+        #[cfg(target_arch = "x86_64")]
+        (libc::SYS_select, "select"),
+        #[cfg(target_arch = "x86_64")]
+        (libc::SYS_epoll_wait, "epoll_wait"),
+    ];
+    NAMES
+        .iter()
+        .find(|(n, _)| *n == number)
+        .map(|(_, name)| *name)
+}
 
 /// Default time a worker may spend in one task before the monitor steps in (Go preempts at
 /// 10 ms too).
@@ -78,12 +246,16 @@ pub(crate) struct Monitor {
 }
 
 impl Monitor {
-    pub(crate) fn start(shared: Arc<Shared>, threshold: Duration) -> io::Result<Monitor> {
+    pub(crate) fn start(
+        shared: Arc<Shared>,
+        threshold: Duration,
+        report: ReportHook,
+    ) -> io::Result<Monitor> {
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = stop.clone();
         let thread = thread::Builder::new()
             .name("weft-monitor".into())
-            .spawn(move || watch(&shared, threshold, &thread_stop))?;
+            .spawn(move || watch(&shared, threshold, &thread_stop, &*report))?;
         Ok(Monitor { stop, thread })
     }
 
@@ -133,7 +305,12 @@ fn rest_if_all_asleep(shared: &Shared, stop: &AtomicBool) -> bool {
     true
 }
 
-fn watch(shared: &Shared, threshold: Duration, stop: &AtomicBool) {
+fn watch(
+    shared: &Shared,
+    threshold: Duration,
+    stop: &AtomicBool,
+    report: &(dyn Fn(&MonitorReport) + Send + Sync),
+) {
     let _ = shared.monitor_rest.monitor.set(thread::current());
     let tick = (threshold / 2).clamp(Duration::from_millis(1), Duration::from_millis(50));
     let mut idle_ticks = 0u32;
@@ -190,18 +367,50 @@ fn watch(shared: &Shared, threshold: Duration, stop: &AtomicBool) {
             }
             sample.handled = true;
             let site = remote.running_site.load(Ordering::Relaxed);
+            let task_name = remote
+                .running_name
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            let activity = read_activity(remote);
+            // The worker may have moved on while we read: report only a task still stuck.
+            if remote.resumes.load(Ordering::Relaxed) != resumes {
+                continue;
+            }
             if first_warning_for(site as usize) {
                 // SAFETY: the worker stores only `&'static Location` pointers (or null).
-                let site: Option<&'static Location<'static>> = unsafe { site.as_ref() };
-                let site = site.map_or_else(|| "an unknown site".to_string(), |s| s.to_string());
-                eprintln!(
-                    "weft: worker {} has run task {running} (spawned at {site}) for {} ms \
-                     without parking; tasks queued behind it that have not started move to \
-                     other workers. Make blocking calls through weft::task::spawn_blocking",
-                    remote.index,
-                    stuck_for.as_millis()
-                );
+                let spawn_site: Option<&'static Location<'static>> = unsafe { site.as_ref() };
+                report(&MonitorReport {
+                    worker: remote.index,
+                    task_id: running,
+                    task_name,
+                    spawn_site,
+                    stuck_for,
+                    activity,
+                });
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kernels_answer_tells_computing_from_blocking() {
+        assert_eq!(parse_activity("running\n"), StuckActivity::Computing);
+        let futex = format!("{} 0x7f 0x80 0x0 0x0", libc::SYS_futex);
+        assert_eq!(parse_activity(&futex), StuckActivity::Futex);
+        let read = format!("{} 0x3 0x7f 0x4000", libc::SYS_read);
+        assert_eq!(
+            parse_activity(&read),
+            StuckActivity::Syscall {
+                number: libc::SYS_read,
+                name: Some("read")
+            }
+        );
+        assert_eq!(parse_activity("-1 0x7ffd 0x55"), StuckActivity::Unknown);
+        assert_eq!(parse_activity(""), StuckActivity::Unknown);
     }
 }

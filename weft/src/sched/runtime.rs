@@ -74,6 +74,12 @@ pub(crate) struct Remote {
     /// stale, never unsafe (a `Location` is `'static`).
     pub(crate) running_id: AtomicU64,
     pub(crate) running_site: AtomicPtr<Location<'static>>,
+    /// The running task's name, for the monitor's report; written only around the resume of
+    /// a named task (or the first unnamed one after it), so unnamed tasks cost nothing here.
+    pub(crate) running_name: Mutex<Option<Arc<str>>>,
+    /// The worker thread's kernel id, for the monitor to read what a stuck worker is doing
+    /// (`/proc/self/task/TID/syscall`); 0 until the thread starts.
+    pub(crate) tid: std::sync::atomic::AtomicI32,
     /// Started, unfinished tasks living on this worker (its live list's length), written by
     /// the worker only, Relaxed: spawners read it to place new tasks (worker.rs, `Spawner`).
     pub(crate) live: AtomicUsize,
@@ -194,12 +200,28 @@ impl Shared {
 }
 
 /// Configures and builds a [`Runtime`].
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct RuntimeBuilder {
     workers: Option<usize>,
     stack_size: Option<usize>,
     monitor_threshold: Option<Option<Duration>>,
+    monitor_report: Option<super::monitor::ReportHook>,
     max_threads: Option<usize>,
+}
+
+impl std::fmt::Debug for RuntimeBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeBuilder")
+            .field("workers", &self.workers)
+            .field("stack_size", &self.stack_size)
+            .field("monitor_threshold", &self.monitor_threshold)
+            .field(
+                "monitor_report",
+                &self.monitor_report.as_ref().map(|_| "custom"),
+            )
+            .field("max_threads", &self.max_threads)
+            .finish()
+    }
 }
 
 impl RuntimeBuilder {
@@ -217,10 +239,24 @@ impl RuntimeBuilder {
     }
 
     /// How long a worker may run one task without parking before the monitor moves the
-    /// never-started tasks queued behind it to other workers and warns, naming the task's
-    /// spawn site (once per site). Default 10 ms; `None` runs no monitor.
+    /// never-started tasks queued behind it to other workers and reports it, naming the task
+    /// and its spawn site and saying whether it computes, blocks in a system call or waits on
+    /// a futex (once per spawn site). Default 10 ms; `None` runs no monitor (then nothing moves
+    /// the queued tasks either: to silence the report only, see
+    /// [`monitor_report`](Self::monitor_report)).
     pub fn monitor_threshold(mut self, threshold: Option<Duration>) -> Self {
         self.monitor_threshold = Some(threshold);
+        self
+    }
+
+    /// Where the monitor's reports go: by default each is printed to stderr (its `Display`).
+    /// A hook may log it (e.g. with the `log` crate), count it, or drop it; the monitor moves
+    /// queued tasks off a stuck worker either way. The hook runs on the monitor's thread.
+    pub fn monitor_report(
+        mut self,
+        hook: impl Fn(&super::monitor::MonitorReport) + Send + Sync + 'static,
+    ) -> Self {
+        self.monitor_report = Some(Arc::new(hook));
         self
     }
 
@@ -283,6 +319,8 @@ impl RuntimeBuilder {
                     resumes: AtomicU64::new(0),
                     running_id: AtomicU64::new(0),
                     running_site: AtomicPtr::new(std::ptr::null_mut()),
+                    running_name: Mutex::new(None),
+                    tid: std::sync::atomic::AtomicI32::new(0),
                     live: AtomicUsize::new(0),
                     io,
                 }))
@@ -328,7 +366,10 @@ impl RuntimeBuilder {
             monitor: None,
         };
         if let Some(threshold) = monitor_threshold {
-            runtime.monitor = Some(Monitor::start(runtime.shared.clone(), threshold)?);
+            let report = self
+                .monitor_report
+                .unwrap_or_else(|| Arc::new(super::monitor::print_report));
+            runtime.monitor = Some(Monitor::start(runtime.shared.clone(), threshold, report)?);
         }
         Ok(runtime)
     }

@@ -204,22 +204,20 @@ pub(crate) fn park_current_task_until(deadline: Instant) -> bool {
     worker.timer_seq.set(seq);
     let key = (deadline, seq);
     worker.timers.borrow_mut().insert(key, task);
-    // Removed also when the park unwinds (a cancelled task): a cancelled hour-long sleep
-    // must not keep its task's memory for an hour.
+    // Removed when the park returns or unwinds (a cancelled sleeper must not keep its task
+    // alive until the deadline).
     let _entry = TimerEntry { worker, key };
     park_task(header, None);
     true
 }
 
-/// Removes a parked task's timer entry when its park returns or unwinds (time/mod.rs
-/// invariant 1).
+/// A parked task's entry in its worker's timer map, removed on drop.
 struct TimerEntry<'a> {
     worker: &'a Worker,
     key: (Instant, u64),
 }
 
 impl Drop for TimerEntry<'_> {
-    #[inline]
     fn drop(&mut self) {
         let mut timers = self.worker.timers.borrow_mut();
         // Entries leave the map only from its front (`fire_timers`) or here: a key below the
@@ -229,9 +227,7 @@ impl Drop for TimerEntry<'_> {
             .first_key_value()
             .is_some_and(|(first, _)| *first <= self.key)
         {
-            let entry = timers.remove(&self.key);
-            drop(timers);
-            drop(entry);
+            timers.remove(&self.key);
         }
     }
 }
@@ -486,6 +482,8 @@ pub(crate) struct Worker {
     timer_seq: Cell<u64>,
     /// Idle spins in a row that found nothing (see `idle`).
     spin_misses: Cell<u32>,
+    /// `remote.running_name` holds a name (see there).
+    named_running: Cell<bool>,
 }
 
 impl Worker {
@@ -509,6 +507,7 @@ impl Worker {
             timers: RefCell::new(BTreeMap::new()),
             timer_seq: Cell::new(0),
             spin_misses: Cell::new(0),
+            named_running: Cell::new(false),
         }
     }
 
@@ -521,6 +520,9 @@ impl Worker {
     pub(crate) fn run(self) {
         let _alt_stack = stack::AltStack::install();
         let _ = self.remote.thread.set(std::thread::current());
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        self.remote.tid.store(tid, Ordering::Relaxed);
         WORKER.with(|w| w.set(&self));
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             self.main_loop();
@@ -854,12 +856,26 @@ impl Worker {
         remote
             .running_site
             .store(site.cast_mut(), Ordering::Relaxed);
+        if header.name.is_some() || self.named_running.get() {
+            *remote
+                .running_name
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = header.name.clone();
+            self.named_running.set(header.name.is_some());
+        }
+        super::coop::reset(); // coop.rs invariant 1
         let result = coroutine.resume(());
         remote.running_id.store(0, Ordering::Relaxed);
         stack::set_running(None);
         self.current.set(None);
         match result {
-            CoroutineResult::Yield(Suspend::Yield) => self.ready.borrow_mut().push_back(task),
+            CoroutineResult::Yield(Suspend::Yield) => {
+                self.ready.borrow_mut().push_back(task);
+                // A task that yields (often: out of budget, sched/coop.rs) may be one that
+                // never parks; its worker's due timers must not wait for the periodic look
+                // every INJECTOR_INTERVAL picks, which can be 61 budgets away.
+                self.fire_timers();
+            }
             CoroutineResult::Yield(Suspend::Park) => {
                 // park/state.rs invariant 2: published only now, off the task's stack.
                 if header.park.publish_parked() {

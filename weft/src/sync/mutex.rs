@@ -79,6 +79,7 @@ impl<T> Mutex<T> {
 impl<T: ?Sized> Mutex<T> {
     /// Locks, parking the task (or blocking the thread) while another holder has it.
     pub fn lock(&self) -> MutexGuard<'_, T> {
+        crate::sched::coop::spend(); // sched/coop.rs invariant 2
         self.sema.acquire(1, crate::park::park_current);
         MutexGuard {
             mutex: self,

@@ -67,6 +67,7 @@ impl<T> RwLock<T> {
 impl<T: ?Sized> RwLock<T> {
     /// Locks for reading, parking while a writer holds or waits for the lock.
     pub fn read(&self) -> RwLockReadGuard<'_, T> {
+        crate::sched::coop::spend(); // sched/coop.rs invariant 2
         self.sema.acquire(1, crate::park::park_current);
         RwLockReadGuard {
             lock: self,
@@ -76,6 +77,7 @@ impl<T: ?Sized> RwLock<T> {
 
     /// Locks for writing, parking while anyone holds the lock.
     pub fn write(&self) -> RwLockWriteGuard<'_, T> {
+        crate::sched::coop::spend(); // sched/coop.rs invariant 2
         self.sema.acquire(MAX_PERMITS, crate::park::park_current);
         RwLockWriteGuard {
             lock: self,

@@ -68,6 +68,7 @@ impl Semaphore {
     /// request could never be granted (and would hold up every later one). It panics at once,
     /// having queued nothing.
     pub fn acquire_many(&self, n: usize) -> SemaphorePermit<'_> {
+        crate::sched::coop::spend(); // sched/coop.rs invariant 2
         self.raw.acquire(n, crate::park::park_current);
         SemaphorePermit {
             sem: self,
