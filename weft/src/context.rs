@@ -22,14 +22,16 @@
 //! });
 //! ```
 //!
-//! Binding: [`Context::bind`] runs a closure with the current task (or thread) bound to the
-//! context. When the context is cancelled — by [`Context::cancel`], an ancestor's cancel, or
+//! Binding: [`Context::bind`] runs a closure with the current task (or plain thread) bound
+//! to the context. When the context is cancelled — by [`Context::cancel`], an ancestor's cancel, or
 //! its deadline — the bound task is woken from whatever it is parked in (a channel send,
 //! receive or `select!`, `sleep`, a `join`, a socket read, write, accept or connect, a
 //! `Mutex`, `RwLock`, `Condvar`, `WaitGroup`, `Semaphore` or `Barrier` wait) and unwinds to
 //! the `bind` call, running the destructors on the way, which returns
 //! `Err(ContextError)`. A task computing without parking notices at its next park or
-//! [`yield_now`](crate::yield_now). The error is the context's own, distinct from the
+//! [`yield_now`](crate::yield_now). A plain OS thread is woken the same way from channel,
+//! `select!`, sync, `sleep` and `join` waits, not from socket waits (it waits in `poll(2)`
+//! on the descriptor, not in a park). The error is the context's own, distinct from the
 //! timeouts of the operations inside (`recv_timeout` still returns its own timeout error).
 //! What an operation cut short does to its data is what a cancelled task's unwind does: a
 //! value being sent on a channel is either delivered or dropped with the frame that owned

@@ -336,3 +336,40 @@ fn nested_binds_unwind_to_the_cancelled_one() {
         assert_eq!(r, Ok(7));
     });
 }
+
+#[test]
+fn a_context_ends_a_bound_accept_loop_and_its_connection_readers() {
+    use std::io::Read;
+    let rt = weft::Runtime::builder().workers(2).build().unwrap();
+    let listener = weft::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let ctx = Context::new();
+    let readers = Arc::new(AtomicUsize::new(0));
+    let _entered = rt.handle().enter();
+    let (c, r) = (ctx.clone(), readers.clone());
+    let server = ctx.spawn(move || loop {
+        let (mut conn, _) = listener.accept().unwrap();
+        let r = r.clone();
+        c.child().spawn(move || {
+            r.fetch_add(1, Ordering::SeqCst);
+            let mut buf = [0u8; 64];
+            while conn.read(&mut buf).unwrap() > 0 {}
+        });
+    });
+    let clients: Vec<_> = (0..3)
+        .map(|_| std::net::TcpStream::connect(addr).unwrap())
+        .collect();
+    let start = Instant::now();
+    while readers.load(Ordering::SeqCst) < 3 {
+        assert!(start.elapsed() < LIMIT, "the readers never started");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let at = Instant::now();
+    ctx.cancel();
+    assert_eq!(
+        join_within(server, LIMIT).unwrap(),
+        Err(ContextError::Cancelled)
+    );
+    println!("accept loop ended {:?} after cancel()", at.elapsed());
+    drop(clients);
+}
