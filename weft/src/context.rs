@@ -33,10 +33,10 @@
 //! `select!`, sync, `sleep` and `join` waits, not from socket waits (it waits in `poll(2)`
 //! on the descriptor, not in a park). The error is the context's own, distinct from the
 //! timeouts of the operations inside (`recv_timeout` still returns its own timeout error).
-//! What an operation cut short does to its data is what a cancelled task's unwind does: a
-//! value being sent on a channel is either delivered or dropped with the frame that owned
-//! it, never duplicated; a value not yet received stays in the channel (chan/mod.rs
-//! invariant 1); a lock wait leaves the lock's queue.
+//! What an operation cut short does to its data is what a cancelled task's unwind does
+//! ([`Task::cancel`](crate::task::Task::cancel) says it for channels): no value is lost or
+//! duplicated, a value being sent is either delivered or dropped with the frame that owned
+//! it, and a lock or semaphore wait leaves its queue (passing on what it was granted).
 //!
 //! Owns: [`Context`] (a reference to an `Inner`), [`ContextError`], the deadline thread.
 //! An `Inner`'s `state` is an atomic anyone reads; its `links` (the done channel's sender,
@@ -66,8 +66,6 @@
 //! serves every deadline (started at the first one) and wakes only when one passes.
 
 use std::any::Any;
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::fmt;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -141,6 +139,8 @@ struct Links {
     children: slab::Slab<Weak<Inner>>,
     /// The tasks and threads in a `bind` of this context.
     bound: slab::Slab<Waiter>,
+    /// Its entry in the deadline thread's map, while there.
+    timer: Option<deadline_thread::Key>,
 }
 
 impl Inner {
@@ -168,6 +168,9 @@ impl Inner {
             return;
         }
         let links = std::mem::take(&mut *self.lock());
+        if let Some(key) = links.timer {
+            deadline_thread::remove(key);
+        }
         // The done channel closes: every `recv(ctx.done())` is ready.
         drop(links.done);
         for (_, waiter) in links.bound {
@@ -193,6 +196,10 @@ impl Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        let links = self.links.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(key) = links.timer.take() {
+            deadline_thread::remove(key);
+        }
         if let Some((parent, key)) = &self.parent {
             // Invariant 2: the key was not reused.
             parent.lock().children.try_remove(*key);
@@ -259,7 +266,11 @@ impl Context {
             inner.cancel_with(why);
         }
         if let Some(deadline) = deadline {
-            deadline_thread::add(deadline, Arc::downgrade(&inner));
+            let mut links = inner.lock();
+            // Not if a cancelled parent ended it already (its links are taken for good).
+            if inner.error().is_none() {
+                links.timer = Some(deadline_thread::add(deadline, Arc::downgrade(&inner)));
+            }
         }
         Context { inner }
     }
@@ -433,37 +444,19 @@ fn outermost_cancelled(scopes: &[Arc<Inner>]) -> Option<usize> {
         .map(|s| Arc::as_ptr(s) as usize)
 }
 
-/// The process's deadline thread: cancels contexts whose deadline passed.
+/// The process's deadline thread: cancels contexts whose deadline passed. An entry leaves the
+/// map when it fires, or when its context is cancelled or dropped first, so contexts with long
+/// deadlines that end early (a request that finished) cost nothing after they end.
 mod deadline_thread {
     use super::*;
+    use std::collections::BTreeMap;
 
-    /// (deadline, sequence) in a min-heap, with the context it ends.
-    struct Entry {
-        at: Instant,
-        seq: u64,
-        ctx: Weak<Inner>,
-    }
-
-    impl PartialEq for Entry {
-        fn eq(&self, other: &Entry) -> bool {
-            (self.at, self.seq) == (other.at, other.seq)
-        }
-    }
-    impl Eq for Entry {}
-    impl PartialOrd for Entry {
-        fn partial_cmp(&self, other: &Entry) -> Option<std::cmp::Ordering> {
-            Some(self.cmp(other))
-        }
-    }
-    impl Ord for Entry {
-        fn cmp(&self, other: &Entry) -> std::cmp::Ordering {
-            (self.at, self.seq).cmp(&(other.at, other.seq))
-        }
-    }
+    /// A deadline's key: (deadline, sequence), unique.
+    pub(super) type Key = (Instant, u64);
 
     #[derive(Default)]
     struct Timers {
-        heap: Mutex<(BinaryHeap<Reverse<Entry>>, u64)>,
+        map: Mutex<(BTreeMap<Key, Weak<Inner>>, u64)>,
         cond: Condvar,
     }
 
@@ -479,42 +472,82 @@ mod deadline_thread {
         })
     }
 
-    pub(super) fn add(at: Instant, ctx: Weak<Inner>) {
+    /// Entries in the map (for the tests).
+    #[cfg(test)]
+    pub(super) fn len() -> usize {
+        lock(timers()).0.len()
+    }
+
+    fn lock(timers: &Timers) -> MutexGuard<'_, (BTreeMap<Key, Weak<Inner>>, u64)> {
+        timers.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(super) fn add(at: Instant, ctx: Weak<Inner>) -> Key {
         let timers = timers();
-        let mut heap = timers.heap.lock().unwrap_or_else(|e| e.into_inner());
-        heap.1 += 1;
-        let seq = heap.1;
-        let first = heap.0.peek().is_none_or(|Reverse(e)| at < e.at);
-        heap.0.push(Reverse(Entry { at, seq, ctx }));
-        drop(heap);
+        let mut map = lock(timers);
+        map.1 += 1;
+        let key = (at, map.1);
+        let first = map.0.first_key_value().is_none_or(|(k, _)| key < *k);
+        map.0.insert(key, ctx);
+        drop(map);
         if first {
             timers.cond.notify_one();
         }
+        key
+    }
+
+    pub(super) fn remove(key: Key) {
+        let entry = lock(timers()).0.remove(&key);
+        drop(entry);
     }
 
     fn run(timers: &'static Timers) {
-        let mut heap = timers.heap.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = lock(timers);
         loop {
             let now = Instant::now();
-            let due = match heap.0.peek() {
-                Some(Reverse(e)) if e.at <= now => heap.0.pop().map(|Reverse(e)| e.ctx),
-                _ => None,
-            };
-            if let Some(ctx) = due {
-                drop(heap);
-                if let Some(ctx) = ctx.upgrade() {
-                    ctx.cancel_with(DEADLINE);
+            let next = map.0.first_key_value().map(|(k, _)| k.0);
+            match next {
+                Some(at) if at <= now => {
+                    let (_, ctx) = map.0.pop_first().expect("the first entry is there");
+                    drop(map);
+                    if let Some(ctx) = ctx.upgrade() {
+                        ctx.cancel_with(DEADLINE);
+                    }
+                    map = lock(timers);
                 }
-                heap = timers.heap.lock().unwrap_or_else(|e| e.into_inner());
-                continue;
+                Some(at) => {
+                    map = match timers.cond.wait_timeout(map, at - now) {
+                        Ok((map, _)) => map,
+                        Err(e) => e.into_inner().0,
+                    }
+                }
+                None => map = timers.cond.wait(map).unwrap_or_else(|e| e.into_inner()),
             }
-            heap = match heap.0.peek().map(|Reverse(e)| e.at - now) {
-                Some(wait) => match timers.cond.wait_timeout(heap, wait) {
-                    Ok((heap, _)) => heap,
-                    Err(e) => e.into_inner().0,
-                },
-                None => timers.cond.wait(heap).unwrap_or_else(|e| e.into_inner()),
-            };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deadline_that_ends_early_leaves_no_entry_behind() {
+        let before = deadline_thread::len();
+        let contexts: Vec<_> = (0..1000)
+            .map(|_| Context::with_timeout(Duration::from_secs(3600)))
+            .collect();
+        let children: Vec<_> = contexts
+            .iter()
+            .map(|c| c.child_with_timeout(Duration::from_secs(60)))
+            .collect();
+        assert_eq!(deadline_thread::len(), before + 2000);
+        // Half cancelled, half dropped (cancelling a parent ends its child's entry too).
+        for c in &contexts[..500] {
+            c.cancel();
+        }
+        drop(children);
+        drop(contexts);
+        assert_eq!(deadline_thread::len(), before);
     }
 }
