@@ -29,8 +29,9 @@ fn main() -> std::io::Result<()> {
     eprintln!("echo on 127.0.0.1:7000; press Enter to stop");
     std::io::stdin().read_line(&mut String::new())?; // or a SIGTERM handler
     stop.cancel(); // stop accepting
-    assert!(server.join().unwrap().is_err()); // Err(ContextError::Cancelled)
-                                              // Connections get 5 s to finish; then the rest are cancelled (destructors run).
+    let accepted = server.join().unwrap(); // Err(ContextError::Cancelled)
+    assert!(accepted.is_err());
+    // Connections get 5 s to finish; then the rest are cancelled (destructors run).
     let clean = rt.shutdown_timeout(Duration::from_secs(5));
     eprintln!("stopped; every connection finished in time: {clean}");
     Ok(())

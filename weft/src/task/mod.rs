@@ -393,10 +393,13 @@ impl Task {
     ///
     /// A task computing without parking is cancelled only when it next parks or yields:
     /// call [`yield_now`] in long loops. A task that is unwinding from a panic finishes that
-    /// unwind first. Cancelling a task in the middle of a channel operation loses no value:
-    /// a value being sent is either delivered before the cancellation takes effect or
-    /// dropped with the sender's frame; one being received stays in the channel for
-    /// another receiver (weft/chan/mod.rs invariant 1).
+    /// unwind first.
+    ///
+    /// A channel operation cut short by a cancel neither loses nor duplicates a value (chan/
+    /// mod.rs invariant 1): a value being sent was either taken by a receiver before the
+    /// cancel took effect or is dropped with the sender's frame; a cancelled receiver leaves
+    /// the buffered values and blocked senders' values to other receivers, except a value a
+    /// sender handed to it in the very moment of the cancel, which its frame drops (once).
     pub fn cancel(&self) {
         self.interrupt(interrupt::CANCEL);
     }
