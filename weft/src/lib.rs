@@ -34,6 +34,7 @@
 //!   chan (channels, select!) ─┐
 //!   sync (Mutex, WaitGroup…)  ─┼─► park
 //!   time (sleep, after, tick) ─┘
+//!   context (Context, bind)   ──► chan, park, task
 //!   task (spawn, JoinHandle, Builder) ─┐
 //!   park (Waiter, park/wake protocol) ─┼─► sched (Runtime, workers, queues) ─► stack (slots, guards, overflow)
 //! ```
