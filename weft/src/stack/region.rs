@@ -118,6 +118,42 @@ pub(crate) fn guard_page_of(addr: usize) -> Option<(usize, usize)> {
     None
 }
 
+/// The published regions as `(start, len, slot_size)`, for `weft::metrics` (invariant 1: the
+/// table only grows).
+pub(crate) fn regions() -> Vec<(usize, usize, usize)> {
+    // Acquire: pairs with the Release store in `reserve`.
+    let count = REGION_COUNT.load(Ordering::Acquire);
+    REGIONS[..count]
+        .iter()
+        .map(|entry| {
+            (
+                entry.start.load(Ordering::Relaxed),
+                entry.len.load(Ordering::Relaxed),
+                entry.slot_size.load(Ordering::Relaxed),
+            )
+        })
+        .collect()
+}
+
+/// How many pages of `[start, start + len)` are resident, by `mincore(2)`; the range must lie
+/// inside one region and be page-aligned. `lowest` is set to the lowest resident page, if any.
+pub(crate) fn resident_pages(start: usize, len: usize, lowest: &mut Option<usize>) -> usize {
+    let page = page_size();
+    let pages = len / page;
+    let mut vec = vec![0u8; pages];
+    // SAFETY: `vec` has one byte per page of the range for the kernel to fill; mincore only
+    // reads the page tables of the range, which is mapped (a region, invariant 1).
+    let rc = unsafe { libc::mincore(start as *mut libc::c_void, len, vec.as_mut_ptr()) };
+    if rc != 0 {
+        return 0;
+    }
+    *lowest = vec
+        .iter()
+        .position(|v| v & 1 != 0)
+        .map(|i| start + i * page);
+    vec.iter().filter(|v| *v & 1 != 0).count()
+}
+
 /// The page size without touching a `OnceLock` (which a signal handler must not initialise).
 fn page_size_for_signal() -> usize {
     static CACHED: AtomicUsize = AtomicUsize::new(0);
