@@ -386,9 +386,10 @@ impl std::fmt::Display for SiteKey {
     }
 }
 
-/// The sampled peaks of one spawn site.
-#[derive(Debug, Default, Clone)]
+/// The sampled peaks of one spawn site (one `Location` static).
+#[derive(Debug, Clone)]
 pub(crate) struct SiteSamples {
+    pub(crate) site: &'static Location<'static>,
     /// Peak stack use in bytes (page-rounded) → number of samples.
     pub(crate) peaks: BTreeMap<u64, u64>,
     /// The largest slot size a sampled task of this site had.
@@ -397,17 +398,32 @@ pub(crate) struct SiteSamples {
     pub(crate) retired_tasks: u64,
 }
 
-/// Sampled peaks per site, and the task counts of dropped runtimes.
-pub(crate) static SAMPLES: Mutex<Option<HashMap<SiteKey, SiteSamples>>> = Mutex::new(None);
+impl SiteSamples {
+    pub(crate) fn new(site: &'static Location<'static>) -> SiteSamples {
+        SiteSamples {
+            site,
+            peaks: BTreeMap::new(),
+            slot_bytes: 0,
+            retired_tasks: 0,
+        }
+    }
+}
+
+/// Sampled peaks and the task counts of dropped runtimes, by `Location` address: recording
+/// a sample allocates nothing once its site and depth were seen (it runs on a worker right
+/// after a task exit, where a malloc can set glibc consolidating the chunks that burst of exits
+/// freed — region.rs, `process_madvise`). Sites are merged by position when a profile is built.
+pub(crate) static SAMPLES: Mutex<Option<HashMap<usize, SiteSamples>>> = Mutex::new(None);
 
 /// Records one sampled task of `site`: it ran on a slot of `slot_bytes` and its stack reached
 /// `peak` bytes below the top.
-pub(crate) fn record_peak(site: &Location<'_>, slot_bytes: u64, peak: u64) {
+pub(crate) fn record_peak(site: &'static Location<'static>, slot_bytes: u64, peak: u64) {
     let mut samples = SAMPLES.lock().unwrap_or_else(|e| e.into_inner());
+    let key: *const Location<'static> = site;
     let entry = samples
         .get_or_insert_with(HashMap::new)
-        .entry(SiteKey::of(site))
-        .or_default();
+        .entry(key as usize)
+        .or_insert_with(|| SiteSamples::new(site));
     *entry.peaks.entry(peak).or_insert(0) += 1;
     entry.slot_bytes = entry.slot_bytes.max(slot_bytes);
 }
@@ -417,7 +433,11 @@ pub(crate) fn retire_sites(sites: &SiteCounts) {
     let mut samples = SAMPLES.lock().unwrap_or_else(|e| e.into_inner());
     let samples = samples.get_or_insert_with(HashMap::new);
     sites.for_each(|site, count| {
-        samples.entry(SiteKey::of(site)).or_default().retired_tasks += count;
+        let key: *const Location<'static> = site;
+        samples
+            .entry(key as usize)
+            .or_insert_with(|| SiteSamples::new(site))
+            .retired_tasks += count;
     });
 }
 

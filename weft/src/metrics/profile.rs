@@ -101,22 +101,32 @@ fn quantile(peaks: &std::collections::BTreeMap<u64, u64>, samples: u64, q: f64) 
 
 /// Builds the profile from the task counts of live workers and the recorded samples.
 pub(crate) fn build(sites: &[(&'static Location<'static>, u64)], page: u64) -> StackProfile {
-    let samples = SAMPLES.lock().unwrap_or_else(|e| e.into_inner());
-    let empty = HashMap::new();
-    let samples = samples.as_ref().unwrap_or(&empty);
-    let mut tasks: HashMap<SiteKey, u64> = HashMap::new();
+    // Per position: tasks, and the samples of every `Location` static at that position.
+    let mut by_site: HashMap<SiteKey, (u64, Option<SiteSamples>)> = HashMap::new();
     for (site, count) in sites {
-        *tasks.entry(SiteKey::of(site)).or_default() += count;
+        by_site.entry(SiteKey::of(site)).or_default().0 += count;
     }
-    for (key, s) in samples {
-        *tasks.entry(key.clone()).or_default() += s.retired_tasks;
+    {
+        let samples = SAMPLES.lock().unwrap_or_else(|e| e.into_inner());
+        for s in samples.iter().flat_map(|m| m.values()) {
+            let entry = by_site.entry(SiteKey::of(s.site)).or_default();
+            entry.0 += s.retired_tasks;
+            match &mut entry.1 {
+                None => entry.1 = Some(s.clone()),
+                Some(merged) => {
+                    for (&peak, &n) in &s.peaks {
+                        *merged.peaks.entry(peak).or_insert(0) += n;
+                    }
+                    merged.slot_bytes = merged.slot_bytes.max(s.slot_bytes);
+                }
+            }
+        }
     }
-    let mut out: Vec<SiteProfile> = tasks
+    let mut out: Vec<SiteProfile> = by_site
         .into_iter()
-        .map(|(site, tasks)| {
-            let default = SiteSamples::default();
-            let s = samples.get(&site).unwrap_or(&default);
-            site_profile(site, tasks, s, page)
+        .map(|(site, (tasks, samples))| match samples {
+            Some(s) => site_profile(site, tasks, &s, page),
+            None => site_profile(site, tasks, &SiteSamples::new(Location::caller()), page),
         })
         .collect();
     out.sort_by(|a, b| b.tasks.cmp(&a.tasks).then_with(|| a.site.cmp(&b.site)));
@@ -275,10 +285,8 @@ mod tests {
 
     #[test]
     fn a_site_that_used_40_of_64_kib_is_near_its_limit() {
-        let mut s = SiteSamples {
-            slot_bytes: 64 << 10,
-            ..SiteSamples::default()
-        };
+        let mut s = SiteSamples::new(Location::caller());
+        s.slot_bytes = 64 << 10;
         s.peaks.insert(40 << 10, 1);
         s.peaks.insert(12 << 10, 99);
         let key = SiteKey::of(Location::caller());

@@ -680,9 +680,10 @@ impl Worker {
         };
         let remote = &self.remote;
         remote.counters.started();
-        let nth = remote.sites.count(task.header().spawn_site);
-        self.sampler
-            .start(nth, self.live.borrow().vacant_key(), &slot);
+        if Sampler::wants(remote.sites.count(task.header().spawn_site)) {
+            // The live entry this task is about to get (stats.rs invariant 2).
+            self.sampler.start(self.live.borrow().vacant_key(), &slot);
+        }
         let coroutine = TaskCoroutine::with_stack(slot, move |yielder, ()| {
             // The body runs on the task's stack; park finds its yielder through the header.
             let worker = current_worker().expect("weft: task started off its worker");

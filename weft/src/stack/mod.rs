@@ -165,9 +165,8 @@ impl Slot {
     /// stacks run on it since its pages were last released reached, rounded up to a page.
     pub(crate) fn resident_depth(&self) -> usize {
         let page = region::page_size();
-        let mut lowest = None;
-        region::resident_pages(self.start + page, self.size() - page, &mut lowest);
-        lowest.map_or(0, |low| self.start + self.size() - low)
+        region::lowest_resident_page(self.start + page, self.size() - page)
+            .map_or(0, |low| self.start + self.size() - low)
     }
 }
 

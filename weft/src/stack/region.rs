@@ -135,23 +135,28 @@ pub(crate) fn regions() -> Vec<(usize, usize, usize)> {
         .collect()
 }
 
-/// How many pages of `[start, start + len)` are resident, by `mincore(2)`; the range must lie
-/// inside one region and be page-aligned. `lowest` is set to the lowest resident page, if any.
-pub(crate) fn resident_pages(start: usize, len: usize, lowest: &mut Option<usize>) -> usize {
+/// The lowest resident page of `[start, start + len)`, by `mincore(2)`, if any; the range
+/// must lie inside one region and be page-aligned. Asks for 512 pages at a time into a buffer
+/// on this stack: no allocation on the worker (see `process_madvise`).
+pub(crate) fn lowest_resident_page(start: usize, len: usize) -> Option<usize> {
     let page = page_size();
-    let pages = len / page;
-    let mut vec = vec![0u8; pages];
-    // SAFETY: `vec` has one byte per page of the range for the kernel to fill; mincore only
-    // reads the page tables of the range, which is mapped (a region, invariant 1).
-    let rc = unsafe { libc::mincore(start as *mut libc::c_void, len, vec.as_mut_ptr()) };
-    if rc != 0 {
-        return 0;
+    let mut vec = [0u8; 512];
+    let mut at = start;
+    while at < start + len {
+        let chunk = (start + len - at).min(vec.len() * page);
+        // SAFETY: `vec` has a byte for each of the ≤ 512 pages of `[at, at + chunk)` for the
+        // kernel to fill; mincore only reads the page tables of that range, which is mapped
+        // (a region, invariant 1).
+        let rc = unsafe { libc::mincore(at as *mut libc::c_void, chunk, vec.as_mut_ptr()) };
+        if rc != 0 {
+            return None;
+        }
+        if let Some(i) = vec[..chunk / page].iter().position(|v| v & 1 != 0) {
+            return Some(at + i * page);
+        }
+        at += chunk;
     }
-    *lowest = vec
-        .iter()
-        .position(|v| v & 1 != 0)
-        .map(|i| start + i * page);
-    vec.iter().filter(|v| *v & 1 != 0).count()
+    None
 }
 
 /// The page size without touching a `OnceLock` (which a signal handler must not initialise).
