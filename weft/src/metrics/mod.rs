@@ -57,7 +57,7 @@
 //!
 //! Why committed stack bytes are measured, not estimated: slots' pages are committed by the
 //! kernel on first touch and stay until given back; only the kernel knows which are there
-//! (`kernel.rs` says how they are read, and why `smaps`).
+//! (`kernel.rs` says how they are read: `PAGEMAP_SCAN`, else `smaps`).
 
 pub(crate) mod counters;
 mod kernel;
@@ -118,8 +118,8 @@ pub struct Snapshot {
     pub stack_slots_cached: u64,
     /// Address space reserved for stacks (free until touched).
     pub stack_reserved_bytes: u64,
-    /// Stack memory the kernel has committed: resident pages of the stack regions, measured
-    /// from `/proc/self/smaps` (module doc).
+    /// Stack memory the kernel has committed: the present pages of the slots, measured from
+    /// the page tables (`PAGEMAP_SCAN`, else `/proc/self/smaps`; module doc).
     pub stack_committed_bytes: u64,
     /// Page tables of the whole process (`VmPTE`): mostly the stack regions' when many tasks
     /// live (one 4 KiB page-table page per 2 MiB of touched slots).
@@ -171,9 +171,11 @@ impl Snapshot {
     }
 }
 
-/// Takes a [`Snapshot`]. Costs one read of `/proc/self/status` and one of `/proc/self/smaps`
-/// (≈1–10 ms with a million tasks: the kernel walks the stack regions' page tables), a lock
-/// of each stack pool and of the runtime registry; it stops no worker.
+/// Takes a [`Snapshot`]. It stops no worker: it sums their counters, locks each stack pool
+/// and the runtime registry for a moment, reads `/proc/self/status`, and has the kernel walk
+/// the page tables of the carved slots. That walk is the cost: ≈0.1 µs per 256 KiB slot
+/// carved (64 page-table entries), 100 ms for a million parked default tasks here, 0.2 ms for
+/// a thousand. Scrape it every few seconds, not per request.
 pub fn snapshot() -> Snapshot {
     let figures = stats::collect(false);
     let totals = figures.totals;

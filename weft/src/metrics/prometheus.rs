@@ -125,7 +125,7 @@ pub(crate) fn write(s: &Snapshot) -> String {
         o,
         "weft_stack_committed_bytes",
         Gauge,
-        "Resident pages of the task stack regions, from /proc/self/smaps.",
+        "Present pages of the task stack slots, from the page tables.",
         s.stack_committed_bytes as f64,
     );
     metric(
