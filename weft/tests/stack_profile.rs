@@ -130,3 +130,61 @@ fn a_bad_profile_file_is_an_error_naming_it() {
         "{message}"
     );
 }
+
+/// Set for the subprocess half of `weft_stack_profile_applies_a_profile_without_code_changes`.
+const CHILD_ENV: &str = "WEFT_TEST_STACK_PROFILE_CHILD";
+
+/// The subprocess half of `weft_stack_profile_applies_a_profile_without_code_changes`: a
+/// default runtime, so the profile comes from `WEFT_STACK_PROFILE` alone. When the file was
+/// there before the runtime started, the site's tasks must have run on 128 KiB slots.
+#[test]
+fn stack_profile_child() {
+    let Some(path) = std::env::var_os("WEFT_STACK_PROFILE") else {
+        return;
+    };
+    if std::env::var_os(CHILD_ENV).is_none() {
+        return;
+    }
+    let sized = std::path::Path::new(&path).exists();
+    let rt = weft::Runtime::new().unwrap();
+    rt.block_on(|| {
+        for _ in 0..8 {
+            weft::spawn(use_stack::<{ 40 << 10 }>).join().unwrap();
+        }
+    });
+    let used_128k = weft::metrics::snapshot()
+        .stack_regions
+        .iter()
+        .any(|r| r.slot_bytes == 128 << 10 && r.carved_bytes > 0);
+    drop(rt);
+    assert_eq!(
+        used_128k, sized,
+        "128 KiB slots used: {used_128k}, profile there: {sized}"
+    );
+}
+
+#[test]
+fn weft_stack_profile_applies_a_profile_without_code_changes() {
+    let _done = watchdog(
+        "weft_stack_profile_applies_a_profile_without_code_changes",
+        60,
+    );
+    let path = std::env::temp_dir().join(format!("weft-env-profile-{}.txt", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    for run in ["first run (writes the profile)", "second run (sized by it)"] {
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "stack_profile_child", "--test-threads=1"])
+            .env(CHILD_ENV, "1")
+            .env("WEFT_STACK_PROFILE", &path)
+            .status()
+            .unwrap();
+        assert!(status.success(), "{run}: {status}");
+        let text = std::fs::read_to_string(&path).expect("the profile was not written");
+        assert!(
+            text.lines()
+                .any(|l| l.contains("stack_profile.rs") && l.contains("\t131072\t")),
+            "{run}: no 128 KiB site in\n{text}"
+        );
+    }
+    let _ = std::fs::remove_file(&path);
+}
