@@ -173,7 +173,9 @@ impl RuntimeBuilder {
     /// of this run back to it when the runtime drops (`weft::metrics::stack_profile`). A task
     /// spawned with its own `task::Builder::stack_size` keeps it; a site the file does not
     /// name gets the runtime's default. A missing file is a first run: nothing is sized from
-    /// it. Default: the path in `WEFT_STACK_PROFILE`, if set.
+    /// it. Default: the path in `WEFT_STACK_PROFILE`, if set. With a profile, a spawn without
+    /// its own size looks its site up by line, then column and file; without one it costs
+    /// nothing.
     ///
     /// Each site's size is the profile's recommended one (its deepest sampled task × 1.5,
     /// rounded up to a power of two): a later run whose tasks go deeper than any sampled one
