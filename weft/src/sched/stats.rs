@@ -27,6 +27,11 @@
 //! deeper tasks, so it measures the deepest task that ever ran there, not this one. Painting a
 //! canary pattern over the slot: it commits every page of the slot, which is what weft exists
 //! not to do. Reading the stack pointer at parks: misses the deepest calls between parks.
+//! For the stack layer's reclaim and compaction: they give back pages of parked tasks, after
+//! which the lowest resident page of a sampled task's slot is no longer the deepest it went.
+//! They must read a sampled task's depth before releasing its pages (`Slot::resident_depth`,
+//! kept as the task's peak) or leave sampled tasks alone, or its samples read low.
+//!
 //! Sampling rate: every site's first [`SAMPLE_FIRST`] tasks on each worker (so a site that
 //! spawns once is still seen), then one in [`SAMPLE_EVERY`]: the ≈3–5 µs a sample costs
 //! (release, refaults, `mincore`) then adds ≈15 ns to an average spawn (spawn + join ≈400 ns).
