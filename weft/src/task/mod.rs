@@ -472,6 +472,9 @@ impl Builder {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
+        // A spawn completes without parking: a loop of spawns spends the cooperative budget
+        // like a loop of sends (sched/coop.rs), so it lets its worker's other tasks run.
+        sched::coop::spend();
         sched::with_spawner(spawn_site, target, |spawner| {
             let class = match self.stack_size {
                 Some(bytes) => SizeClass::for_size(bytes)?,
