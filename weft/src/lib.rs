@@ -37,6 +37,7 @@
 //!   context (Context, bind)   ──► chan, park, task
 //!   task (spawn, JoinHandle, Builder) ─┐
 //!   park (Waiter, park/wake protocol) ─┼─► sched (Runtime, workers, queues) ─► stack (slots, guards, overflow)
+//!   metrics (snapshot, stack profile: sums what sched and stack count; its counters call nothing)
 //! ```
 //!
 //! # Safety model
@@ -68,6 +69,8 @@ pub mod context;
 #[cfg(loom)]
 #[path = "task/join.rs"]
 pub(crate) mod join;
+#[cfg(not(loom))]
+pub mod metrics;
 #[cfg(not(loom))]
 pub mod net;
 #[cfg(not(loom))]

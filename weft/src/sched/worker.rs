@@ -29,6 +29,8 @@ use corosensei::CoroutineResult;
 use crossbeam_deque::Steal;
 
 use super::runtime::{Handle, Remote, Shared};
+use super::stats::Sampler;
+use crate::metrics::counters;
 use crate::stack::{self, LocalSlots, SizeClass, Slot};
 use crate::task::{interrupt, Cancelled, Header, RunState, Suspend, Task, TaskCoroutine};
 
@@ -275,11 +277,14 @@ pub(crate) fn schedule_woken(task: Task) {
         .home()
         .expect("weft: woke a task that never started");
     if let Some(worker) = current_worker() {
+        worker.remote.counters.woke();
         // Compared by address: no reference count is touched on this, the ping-pong path.
         if Arc::ptr_eq(&worker.remote, home) {
             worker.push_ready_from(task);
             return;
         }
+    } else {
+        counters::OFF_WORKER.woke();
     }
     let home = home.clone();
     home.push_woken(task);
@@ -306,6 +311,7 @@ pub(crate) fn cancel_unstarted(task: &Task) {
     let state = unsafe { task.header().run_state() };
     if let RunState::New { .. } = state {
         *state = RunState::Done;
+        counters::OFF_WORKER.cancelled_unstarted();
         task.drop_unstarted();
     }
 }
@@ -377,10 +383,18 @@ impl Spawner<'_> {
         shared.closing.load(Ordering::Relaxed) && !shared.shutdown.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn default_class(&self) -> SizeClass {
-        match self {
-            Spawner::Worker(w) => w.shared.default_class,
-            Spawner::Handle(h) => h.shared.default_class,
+    /// The stack size of a task spawned at `site` without one of its own: the runtime's
+    /// stack profile's for that site if it has one (`RuntimeBuilder::stack_profile`), else
+    /// the runtime's default.
+    #[inline]
+    pub(crate) fn class_for(&self, site: &'static Location<'static>) -> SizeClass {
+        let shared = match self {
+            Spawner::Worker(w) => &w.shared,
+            Spawner::Handle(h) => &h.shared,
+        };
+        match &shared.site_classes {
+            Some(sites) => sites.class_for(site).unwrap_or(shared.default_class),
+            None => shared.default_class,
         }
     }
 
@@ -394,6 +408,7 @@ impl Spawner<'_> {
     pub(crate) fn submit(&self, task: Task) {
         match self {
             Spawner::Worker(w) => {
+                w.remote.counters.spawned();
                 if w.shared.shutdown.load(Ordering::Relaxed) {
                     // A spawn during shutdown (a cancelled task's destructor) is cancelled
                     // at once, in the spawner's context: workers are stopping, and one that
@@ -412,7 +427,10 @@ impl Spawner<'_> {
                 w.new_tasks.push(task);
                 w.shared.wake_idle_worker(Some(w.index));
             }
-            Spawner::Handle(h) => h.submit(task),
+            Spawner::Handle(h) => {
+                counters::OFF_WORKER.spawned();
+                h.submit(task);
+            }
         }
     }
 }
@@ -484,6 +502,8 @@ pub(crate) struct Worker {
     spin_misses: Cell<u32>,
     /// `remote.running_name` holds a name (see there).
     named_running: Cell<bool>,
+    /// Which live tasks have their stack depth sampled (stats.rs).
+    sampler: Sampler,
 }
 
 impl Worker {
@@ -508,6 +528,7 @@ impl Worker {
             timer_seq: Cell::new(0),
             spin_misses: Cell::new(0),
             named_running: Cell::new(false),
+            sampler: Sampler::default(),
         }
     }
 
@@ -879,6 +900,7 @@ impl Worker {
             CoroutineResult::Yield(Suspend::Park) => {
                 // park/state.rs invariant 2: published only now, off the task's stack.
                 if header.park.publish_parked() {
+                    remote.counters.parked();
                     task.into_parked(); // task/mod.rs invariant 4
                 } else {
                     self.ready.borrow_mut().push_back(task);
@@ -898,6 +920,12 @@ impl Worker {
         let RunState::New { slot } = std::mem::replace(state, RunState::Done) else {
             unreachable!("start of a task that is not new");
         };
+        let remote = &self.remote;
+        remote.counters.started();
+        if Sampler::wants(remote.sites.count(task.header().spawn_site)) {
+            // The live entry this task is about to get (stats.rs invariant 2).
+            self.sampler.start(self.live.borrow().vacant_key(), &slot);
+        }
         let coroutine = TaskCoroutine::with_stack(slot, move |yielder, ()| {
             // The body runs on the task's stack; park finds its yielder through the header.
             let worker = current_worker().expect("weft: task started off its worker");
@@ -932,7 +960,9 @@ impl Worker {
         let RunState::Started { coroutine, live } = std::mem::replace(state, RunState::Done) else {
             unreachable!("finish of a task that did not start");
         };
-        self.slots.borrow_mut().put(coroutine.into_stack());
+        let slot = coroutine.into_stack();
+        self.sampler.finish(live, task.header().spawn_site, &slot);
+        self.slots.borrow_mut().put(slot);
         let removed = self.live.borrow_mut().try_remove(live);
         self.set_live_count(-1);
         debug_assert!(removed.is_some_and(|t| t.ptr_eq(task)));

@@ -597,6 +597,9 @@ impl Builder {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
+        // A spawn completes without parking: a loop of spawns spends the cooperative budget
+        // like a loop of sends (sched/coop.rs), so it lets its worker's other tasks run.
+        sched::coop::spend();
         sched::with_spawner(spawn_site, target, |spawner| {
             if spawner.refuses_spawns() {
                 return Err(io::Error::other(
@@ -605,7 +608,7 @@ impl Builder {
             }
             let class = match self.stack_size {
                 Some(bytes) => SizeClass::for_size(bytes)?,
-                None => spawner.default_class(),
+                None => spawner.class_for(spawn_site),
             };
             let slot = spawner.take_slot(class)?;
             let header = Header {
