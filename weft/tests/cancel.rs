@@ -366,3 +366,31 @@ fn cancel_unwinds_tasks_parked_in_socket_accept_and_read() {
     });
     assert_eq!(&got.unwrap(), b"ping");
 }
+
+#[test]
+fn cancel_unwinds_a_task_waiting_for_a_compute_job_and_the_job_runs_on() {
+    let rt = rt();
+    let results = Arc::new(AtomicUsize::new(0));
+    let release = Arc::new(AtomicBool::new(false));
+    let (r, go) = (results.clone(), release.clone());
+    cancel_parked(&rt, "compute", move || {
+        let _ = weft::task::compute(move || {
+            let start = Instant::now();
+            while !go.load(Ordering::SeqCst) && start.elapsed() < LIMIT {
+                thread::sleep(Duration::from_millis(1));
+            }
+            CountDrop(r)
+        });
+    });
+    release.store(true, Ordering::SeqCst);
+    // The job finished on its pool thread, which dropped the result no one waits for.
+    let start = Instant::now();
+    while results.load(Ordering::SeqCst) == 0 {
+        assert!(
+            start.elapsed() < LIMIT,
+            "the job's result was never dropped"
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(rt.block_on(|| weft::task::compute(|| 4)), 4);
+}
