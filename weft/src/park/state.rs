@@ -79,6 +79,13 @@ impl ParkState {
         self.0.swap(RUNNING, Ordering::Acquire);
     }
 
+    /// Whether the task is parked now: a hint (Relaxed), for the worker's stack upkeep,
+    /// which only skips tasks that look woken.
+    #[inline]
+    pub(crate) fn is_parked(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == PARKED
+    }
+
     /// Any thread: delivers a token; true if the task was parked and the caller must now
     /// schedule it (invariant 3).
     #[must_use]

@@ -41,6 +41,8 @@ pub(crate) struct Shared {
     pub(crate) blocking: Arc<super::blocking::Pool>,
     /// The monitor's deep sleep while every worker sleeps (monitor.rs, "Idle").
     pub(crate) monitor_rest: super::monitor::Rest,
+    /// What workers do with parked tasks' stacks (stack/compact.rs).
+    pub(crate) stack_policy: stack::StackPolicy,
 }
 
 /// What other threads may touch of one worker.
@@ -122,6 +124,7 @@ pub struct RuntimeBuilder {
     stack_size: Option<usize>,
     monitor_threshold: Option<Option<Duration>>,
     max_threads: Option<usize>,
+    stack_policy: Option<stack::StackPolicy>,
 }
 
 impl RuntimeBuilder {
@@ -151,6 +154,15 @@ impl RuntimeBuilder {
     /// a clear error instead of waiting.
     pub fn max_threads(mut self, n: usize) -> Self {
         self.max_threads = Some(n);
+        self
+    }
+
+    /// What the workers do with the stacks of parked tasks: give back the pages below the
+    /// stack pointer, and compact (copy the live bytes to the heap, release the slot) where
+    /// [`crate::stack::mode`] allows. Default [`stack::StackPolicy::default`]: reclaim after
+    /// 20 ms parked, compact after 200 ms.
+    pub fn stack_policy(mut self, policy: stack::StackPolicy) -> Self {
+        self.stack_policy = Some(policy);
         self
     }
 
@@ -186,6 +198,7 @@ impl RuntimeBuilder {
         let default_class =
             SizeClass::for_size(self.stack_size.unwrap_or(stack::DEFAULT_STACK_SIZE))?;
         stack::install_handler();
+        stack::calibrate(crate::task::Suspend::Park);
 
         let locals: Vec<_> = (0..workers)
             .map(|_| crossbeam_deque::Worker::new_fifo())
@@ -216,6 +229,7 @@ impl RuntimeBuilder {
             shutdown: AtomicBool::new(false),
             spinning: AtomicUsize::new(0),
             monitor_rest: super::monitor::Rest::default(),
+            stack_policy: self.stack_policy.unwrap_or_default(),
             blocking: Arc::new(super::blocking::Pool::new(
                 max_threads - own_threads,
                 max_threads,

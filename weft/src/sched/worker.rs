@@ -42,6 +42,8 @@ const INJECTOR_INTERVAL: u32 = 61;
 /// A task woken by the running one runs next (`Worker::push_ready_from`) except at every this
 /// many picks, when the worker takes from its queues instead.
 const RUN_NEXT_TURNS: u32 = 16;
+/// Loop turns between two stack steps of a busy worker (an idle one steps before sleeping).
+const STACK_STEP_TICKS: u32 = 1024;
 /// How long shutdown waits for cancelled tasks that parked again while unwinding.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
@@ -100,7 +102,7 @@ fn suspend(header: &Header, reason: Suspend) {
     let yielder = header.yielder.get();
     // SAFETY: `header` is the running task's (callers got it from `current_header`), and its
     // yielder lives at the root of this task's stack, the stack we run on now.
-    unsafe { &*yielder }.suspend(reason);
+    stack::switch_out(unsafe { &*yielder }, reason, &header.stack);
 }
 
 /// Parks the running task (park/state.rs); false if not in a task.
@@ -284,6 +286,8 @@ pub(crate) struct Worker {
     /// The task the running task woke last, run next (Go's `runnext`); see `push_ready_from`.
     run_next: Cell<Option<Task>>,
     slots: RefCell<LocalSlots>,
+    /// Parked tasks whose stacks are to be reclaimed or compacted (stack/compact.rs).
+    stacks: RefCell<stack::ParkedStacks>,
     live: RefCell<Live>,
     /// The header of the task being resumed, if any.
     current: Cell<Option<NonNull<Header>>>,
@@ -302,6 +306,7 @@ impl Worker {
         shared: Arc<Shared>,
         new_tasks: crossbeam_deque::Worker<Task>,
     ) -> Worker {
+        let policy = shared.stack_policy;
         Worker {
             index,
             remote: shared.remotes[index].clone(),
@@ -310,6 +315,7 @@ impl Worker {
             ready: RefCell::new(VecDeque::new()),
             run_next: Cell::new(None),
             slots: RefCell::new(LocalSlots::default()),
+            stacks: RefCell::new(stack::ParkedStacks::new(policy)),
             live: RefCell::new(Live::default()),
             current: Cell::new(None),
             tick: Cell::new(0),
@@ -335,7 +341,25 @@ impl Worker {
                 Some(task) => self.run_task(task),
                 None => self.idle(),
             }
+            if self.tick.get() % STACK_STEP_TICKS == 0 {
+                self.stack_step();
+            }
         }
+    }
+
+    /// A step of shrinking the stacks of long-parked tasks (stack/compact.rs); returns when
+    /// the next is due.
+    fn stack_step(&self) -> Option<Duration> {
+        let live = self.live.borrow();
+        self.stacks.borrow_mut().step(|index| {
+            let task = live.get(index)?;
+            let header = task.header();
+            Some(stack::LiveStack {
+                stack: &header.stack,
+                size: header.class.bytes(),
+                parked: header.park.is_parked(),
+            })
+        })
     }
 
     /// Queues a task woken on this worker. One woken by the running task goes to `run_next`:
@@ -543,8 +567,11 @@ impl Worker {
             }
         }
         // Going to sleep: give back the stack memory of a past burst, step by step, waking up
-        // for the next step (stack/mod.rs, "Warm slots").
-        let trim_due = stack::trim_idle();
+        // for the next step (stack/mod.rs, "Warm slots"), and shrink parked tasks' stacks.
+        let trim_due = match (stack::trim_idle(), self.stack_step()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         // idle.rs step 3 (the fence is inside).
         self.remote.flags.prepare_sleep();
         if !self.has_work() {
@@ -608,9 +635,12 @@ impl Worker {
         if let RunState::New { .. } = state {
             self.start(&task, state);
         }
-        let RunState::Started { coroutine, .. } = state else {
+        let RunState::Started { coroutine, live } = state else {
             return; // Done: a stale wake of a finished task.
         };
+        let live = *live;
+        // stack/compact.rs invariant 4: restored before it runs.
+        header.stack.before_resume(header.class.bytes());
         self.current.set(Some(task.as_ptr()));
         stack::set_running(Some(
             header as *const Header as *const dyn stack::DescribeTask,
@@ -637,6 +667,7 @@ impl Worker {
             CoroutineResult::Yield(Suspend::Park) => {
                 // park/state.rs invariant 2: published only now, off the task's stack.
                 if header.park.publish_parked() {
+                    self.stacks.borrow_mut().parked(&header.stack, live);
                     task.into_parked(); // task/mod.rs invariant 4
                 } else {
                     self.ready.borrow_mut().push_back(task);
@@ -656,6 +687,7 @@ impl Worker {
         let RunState::New { slot } = std::mem::replace(state, RunState::Done) else {
             unreachable!("start of a task that is not new");
         };
+        task.header().stack.slot.set(slot.start());
         let coroutine = TaskCoroutine::with_stack(slot, move |yielder, ()| {
             // The body runs on the task's stack; park finds its yielder through the header.
             let worker = current_worker().expect("weft: task started off its worker");

@@ -10,7 +10,7 @@
 //! | `park`       | anyone, through the protocol in `park/state.rs`                      |
 //! | `home`       | written once by the first worker to run the task, before the task runs; read by wakers only after they saw the task PARKED (invariant 2) |
 //! | `run`        | the task's worker only (invariant 1)                                  |
-//! | `yielder`, `cancelling` | the task's worker and the task itself, on that worker's thread |
+//! | `yielder`, `cancelling`, `stack` | the task's worker and the task itself, on that worker's thread |
 //!
 //! Invariants:
 //! 1. A task that has started runs on one OS thread for its whole life: its coroutine is
@@ -101,6 +101,8 @@ pub(crate) struct Header {
     run: UnsafeCell<RunState>,
     pub(crate) yielder: Cell<*const Yielder<(), Suspend>>,
     pub(crate) cancelling: Cell<bool>,
+    /// Its stack pointer and reclaim/compaction state while parked (stack/compact.rs).
+    pub(crate) stack: stack::ParkedStack,
 }
 
 // SAFETY: the fields that are not Sync on their own are confined as the table in the module
@@ -441,6 +443,7 @@ impl Builder {
                 run: UnsafeCell::new(RunState::New { slot }),
                 yielder: Cell::new(std::ptr::null()),
                 cancelling: Cell::new(false),
+                stack: stack::ParkedStack::default(),
             };
             let header = cell::allocate(header, f);
             // `allocate` made the cell with two references, one for each handle.
