@@ -139,6 +139,7 @@ fn run(tasks: usize, mode: &str, settle_ms: u64, policy: weft::stack::StackPolic
         handle.join().expect("task panicked");
     }
     let joined = open_start.elapsed();
+    let after_join = weft::stack::counters();
     let n = tasks.max(1) as f64;
     let per = |s: (u64, u64, u64)| {
         (
@@ -174,6 +175,7 @@ fn run(tasks: usize, mode: &str, settle_ms: u64, policy: weft::stack::StackPolic
         "  gate open → all joined     {:>10.1} ms",
         joined.as_secs_f64() * 1e3
     );
+    eprintln!("  counters after the joins   {after_join:?}");
     format!(
         "{{\"tasks\":{tasks},\"mode\":\"{mode}\",\"stack_mode\":\"{}\",\"spawn_ms\":{:.1},\
          \"parked_rss_bytes_per_task\":{prss:.0},\"parked_pte_bytes_per_task\":{ppte:.0},\

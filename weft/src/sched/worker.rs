@@ -43,7 +43,10 @@ const INJECTOR_INTERVAL: u32 = 61;
 /// many picks, when the worker takes from its queues instead.
 const RUN_NEXT_TURNS: u32 = 16;
 /// Loop turns between two stack steps of a busy worker (an idle one steps before sleeping).
-const STACK_STEP_TICKS: u32 = 1024;
+/// A step handles up to `StackPolicy::batch` (256) tasks, so a worker that starts a task per
+/// turn — a spawn storm of tasks that park — still compacts as fast as it parks them: at 1024
+/// turns 100K tasks in mode 8k peaked at 1.56 GiB, at 256 at 0.69 GiB.
+const STACK_STEP_TICKS: u32 = 256;
 /// How long shutdown waits for cancelled tasks that parked again while unwinding.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
