@@ -159,8 +159,8 @@ impl RuntimeBuilder {
 
     /// What the workers do with the stacks of parked tasks: give back the pages below the
     /// stack pointer, and compact (copy the live bytes to the heap, release the slot) where
-    /// [`crate::stack::mode`] allows. Default [`stack::StackPolicy::default`]: reclaim after
-    /// 20 ms parked, compact after 200 ms.
+    /// [`crate::stack::mode`] allows. Default [`stack::StackPolicy::default`]: compact after
+    /// 200 ms parked (where only reclaim runs, reclaim after 20 ms).
     pub fn stack_policy(mut self, policy: stack::StackPolicy) -> Self {
         self.stack_policy = Some(policy);
         self
