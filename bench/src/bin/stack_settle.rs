@@ -67,6 +67,18 @@ fn status() -> (u64, u64, u64) {
     (field("VmRSS:"), field("VmPTE:"), field("VmHWM:"))
 }
 
+/// Process CPU time (user + system) so far, in ms.
+fn cpu_ms() -> f64 {
+    // SAFETY: getrusage fills a struct we own.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let ms = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
+    ms(usage.ru_utime) + ms(usage.ru_stime)
+}
+
 fn main() {
     let mut tasks = 1_000_000usize;
     let mut mode = "idle".to_string();
@@ -129,6 +141,7 @@ fn run(tasks: usize, mode: &str, settle_ms: u64, policy: weft::stack::StackPolic
         weft::time::sleep(Duration::from_millis(1));
     }
     let all_parked = start.elapsed();
+    let spawn_cpu = cpu_ms();
     let parked = status();
     weft::time::sleep(Duration::from_millis(settle_ms));
     let settled = status();
@@ -155,7 +168,7 @@ fn run(tasks: usize, mode: &str, settle_ms: u64, policy: weft::stack::StackPolic
     );
     eprintln!("  policy                     {policy:?}");
     eprintln!(
-        "  spawned until all parked   {:>10.1} ms",
+        "  spawned until all parked   {:>10.1} ms ({spawn_cpu:.0} ms CPU since start)",
         all_parked.as_secs_f64() * 1e3
     );
     eprintln!(
@@ -177,7 +190,7 @@ fn run(tasks: usize, mode: &str, settle_ms: u64, policy: weft::stack::StackPolic
     );
     eprintln!("  counters after the joins   {after_join:?}");
     format!(
-        "{{\"tasks\":{tasks},\"mode\":\"{mode}\",\"stack_mode\":\"{}\",\"spawn_ms\":{:.1},\
+        "{{\"tasks\":{tasks},\"mode\":\"{mode}\",\"stack_mode\":\"{}\",\"spawn_ms\":{:.1},\"spawn_cpu_ms\":{spawn_cpu:.0},\
          \"parked_rss_bytes_per_task\":{prss:.0},\"parked_pte_bytes_per_task\":{ppte:.0},\
          \"settled_rss_bytes_per_task\":{srss:.0},\"settled_pte_bytes_per_task\":{spte:.0},\
          \"peak_rss_bytes\":{},\"join_ms\":{:.1}}}",

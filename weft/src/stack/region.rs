@@ -7,8 +7,12 @@
 //! 1. A region, once published in [`REGIONS`], is never unmapped: slots point into it for the
 //!    life of the process, and the signal handler reads the table without locks.
 //! 2. Every slot handed out has its lowest page guarded before its first use.
-//! 3. A region registered with userfaultfd has a table of one pointer per slot (compact.rs
-//!    invariant 2), published with the region and never freed; an unregistered one has none.
+//! 3. Where compaction may run, a region has a table of one pointer per slot (compact.rs
+//!    invariant 2), published with the region and never freed. The region is registered
+//!    with userfaultfd (whole, once: uffd.rs invariant 1) at its first compaction, before
+//!    any of its slots is COMPACTED, and stays registered; until then its faults are the
+//!    kernel's ordinary ones, so a burst of spawns into a fresh region costs what it did
+//!    without compaction.
 //!
 //! May call: libc. Called by: `stack/mod.rs`, `stack/overflow.rs`.
 //!
@@ -46,7 +50,14 @@ struct RegionEntry {
     slot_size: AtomicUsize,
     /// The compaction table (invariant 3), or null.
     table: AtomicPtr<AtomicPtr<u8>>,
+    /// Registered with userfaultfd (invariant 3); `REGISTER_FAILED` if that failed.
+    registered: AtomicU8,
 }
+
+/// `RegionEntry::registered`: not yet, done, failed for good.
+const REGISTER_NOT_YET: u8 = 0;
+const REGISTER_DONE: u8 = 1;
+const REGISTER_FAILED: u8 = 2;
 
 #[allow(clippy::declare_interior_mutable_const)]
 const EMPTY_ENTRY: RegionEntry = RegionEntry {
@@ -54,6 +65,7 @@ const EMPTY_ENTRY: RegionEntry = RegionEntry {
     len: AtomicUsize::new(0),
     slot_size: AtomicUsize::new(0),
     table: AtomicPtr::new(std::ptr::null_mut()),
+    registered: AtomicU8::new(REGISTER_NOT_YET),
 };
 static REGIONS: [RegionEntry; MAX_REGIONS] = [EMPTY_ENTRY; MAX_REGIONS];
 static REGION_COUNT: AtomicUsize = AtomicUsize::new(0);
@@ -72,7 +84,7 @@ pub(crate) fn reserve(slot_size: usize) -> io::Result<usize> {
     let len = REGION_BYTES.max(slot_size);
     let start = map_aligned(len)?;
     let table = if super::compact::register_regions() {
-        make_table(start, len, slot_size)
+        make_table(len, slot_size)
     } else {
         std::ptr::null_mut()
     };
@@ -91,6 +103,7 @@ pub(crate) fn reserve(slot_size: usize) -> io::Result<usize> {
     entry.len.store(len, Ordering::Relaxed);
     entry.slot_size.store(slot_size, Ordering::Relaxed);
     entry.table.store(table, Ordering::Relaxed);
+    entry.registered.store(REGISTER_NOT_YET, Ordering::Relaxed);
     // Release: pairs with the Acquire load in `guard_page_of`, so the handler sees the fields.
     REGION_COUNT.store(index + 1, Ordering::Release);
     Ok(start)
@@ -139,20 +152,57 @@ fn map_aligned(len: usize) -> io::Result<usize> {
     Ok(start)
 }
 
-/// Registers the region with userfaultfd and maps its table; null if either fails (then the
-/// region is never compacted).
-fn make_table(start: usize, len: usize, slot_size: usize) -> *mut AtomicPtr<u8> {
+/// Maps the region's compaction table; null if that fails (then the region is never
+/// compacted).
+fn make_table(len: usize, slot_size: usize) -> *mut AtomicPtr<u8> {
     let bytes = (len / slot_size) * std::mem::size_of::<AtomicPtr<u8>>();
     // Zero pages read as null pointers.
-    let Some(table) = map_anonymous(bytes) else {
-        return std::ptr::null_mut();
+    map_anonymous(bytes).map_or(std::ptr::null_mut(), |table| table.cast())
+}
+
+fn entry_of(addr: usize) -> Option<&'static RegionEntry> {
+    // Acquire: pairs with the Release store in `reserve`.
+    let count = REGION_COUNT.load(Ordering::Acquire);
+    REGIONS[..count].iter().find(|entry| {
+        let start = entry.start.load(Ordering::Relaxed);
+        addr >= start && addr < start + entry.len.load(Ordering::Relaxed)
+    })
+}
+
+/// Whether the region holding `addr` is registered with userfaultfd (invariant 3).
+pub(crate) fn registered(addr: usize) -> bool {
+    // Acquire: pairs with the Release store in `ensure_registered`.
+    entry_of(addr).is_some_and(|e| e.registered.load(Ordering::Acquire) == REGISTER_DONE)
+}
+
+/// Registers the region holding `addr` with userfaultfd unless it is already (invariant 3);
+/// false if it cannot be (then nothing in it is compacted).
+pub(crate) fn ensure_registered(addr: usize) -> bool {
+    let Some(entry) = entry_of(addr) else {
+        return false;
     };
-    if !super::uffd::register(start, len) {
-        // SAFETY: our mapping, unused.
-        unsafe { libc::munmap(table, bytes) };
-        return std::ptr::null_mut();
+    // Acquire: pairs with the Release store below.
+    match entry.registered.load(Ordering::Acquire) {
+        REGISTER_DONE => return true,
+        REGISTER_FAILED => return false,
+        _ => {}
     }
-    table.cast()
+    if entry.table.load(Ordering::Relaxed).is_null() {
+        return false;
+    }
+    let _publish = REGION_PUBLISH.lock().unwrap_or_else(|e| e.into_inner());
+    if entry.registered.load(Ordering::Relaxed) == REGISTER_NOT_YET {
+        let start = entry.start.load(Ordering::Relaxed);
+        let len = entry.len.load(Ordering::Relaxed);
+        let state = if super::uffd::register(start, len) {
+            REGISTER_DONE
+        } else {
+            REGISTER_FAILED
+        };
+        // Release: pairs with the Acquire loads above and in `registered`.
+        entry.registered.store(state, Ordering::Release);
+    }
+    entry.registered.load(Ordering::Relaxed) == REGISTER_DONE
 }
 
 /// The region holding `addr`: (start, slot size, table).
@@ -178,8 +228,8 @@ pub(crate) fn slot_of(addr: usize) -> Option<(usize, usize)> {
     Some((start + (addr - start) / size * size, size))
 }
 
-/// The compaction table entry of the slot starting at `slot`; `None` outside a registered
-/// region (invariant 3).
+/// The compaction table entry of the slot starting at `slot`; `None` outside a region that
+/// has a table (invariant 3).
 pub(crate) fn table_entry(slot: usize) -> Option<&'static AtomicPtr<u8>> {
     let (start, size, table) = region_of(slot)?;
     if table.is_null() {
