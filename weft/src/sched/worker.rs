@@ -687,9 +687,10 @@ impl Worker {
 
     /// Turns a never-started task into a coroutine on this worker.
     fn start(&self, task: &Task, state: &mut RunState) {
-        let RunState::New { slot } = std::mem::replace(state, RunState::Done) else {
+        let RunState::New { mut slot } = std::mem::replace(state, RunState::Done) else {
             unreachable!("start of a task that is not new");
         };
+        slot.prepare();
         task.header().stack.slot.set(slot.start());
         let coroutine = TaskCoroutine::with_stack(slot, move |yielder, ()| {
             // The body runs on the task's stack; park finds its yielder through the header.

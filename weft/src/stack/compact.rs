@@ -173,7 +173,9 @@ impl Default for StackPolicy {
     /// (refilled by an ordinary ≈1.5 µs page fault).
     fn default() -> StackPolicy {
         let compact = Duration::from_millis(200);
-        let reclaim = if mode() == StackMode::Compact {
+        // Not `mode()`: that is final only once a runtime is built, and a policy is often
+        // made before.
+        let reclaim = if registration().is_ok() && !FORKED.load(Ordering::Relaxed) {
             compact
         } else {
             Duration::from_millis(20)
@@ -195,6 +197,8 @@ static FAULT_RESTORES: AtomicU64 = AtomicU64::new(0);
 static ZERO_FILLS: AtomicU64 = AtomicU64::new(0);
 
 /// A snapshot of the stack-shrinking counters, process-wide; cheap (eight Relaxed loads).
+/// Released bytes count the pages that were mapped (`mincore`), which includes pages mapped
+/// to the shared zero page in registered regions: an upper bound of the memory given back.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
     /// Bytes of resident pages released below parked tasks' stack pointers, in total.

@@ -146,6 +146,8 @@ impl SizeClass {
 pub struct Slot {
     start: usize,
     class: SizeClass,
+    /// Its pages were never touched or were given back (carved, or taken from the cold list).
+    fresh: bool,
 }
 
 impl Slot {
@@ -169,6 +171,17 @@ impl Slot {
     pub fn start(&self) -> usize {
         self.start
     }
+
+    /// Before its task first runs, on the worker that runs it: fills the top page of a fresh
+    /// slot in a region registered with userfaultfd, so that the task's first frames do not
+    /// fault through the fault thread (compact.rs, "Stack growth in a registered region").
+    /// Done here and not when the slot is taken: a burst of spawns takes slots long before
+    /// their tasks run, and the region may be registered meanwhile.
+    pub(crate) fn prepare(&mut self) {
+        if std::mem::take(&mut self.fresh) {
+            compact::prefill(&[self.start], self.size());
+        }
+    }
 }
 
 impl Drop for Slot {
@@ -177,6 +190,7 @@ impl Drop for Slot {
         pool(self.class).put(Slot {
             start: self.start,
             class: self.class,
+            fresh: false,
         });
     }
 }
@@ -254,20 +268,30 @@ impl SlotPool {
         let before = out.len();
         while out.len() - before < n {
             if let Some(start) = inner.warm.pop_back() {
-                out.push(Slot { start, class });
+                out.push(Slot {
+                    start,
+                    class,
+                    fresh: false,
+                });
                 continue;
             }
             let Some(start) = inner.cold.pop() else {
                 break;
             };
             // A released slot: its top page is missing again.
-            compact::prefill(&[start], class.bytes());
-            out.push(Slot { start, class });
+            out.push(Slot {
+                start,
+                class,
+                fresh: true,
+            });
         }
         if out.len() == before {
             let starts = self.carve(&mut inner, n)?;
-            compact::prefill(&starts, class.bytes());
-            out.extend(starts.into_iter().map(|start| Slot { start, class }));
+            out.extend(starts.into_iter().map(|start| Slot {
+                start,
+                class,
+                fresh: true,
+            }));
         }
         Ok(())
     }
