@@ -406,3 +406,53 @@ fn touch_64k(seed: u64) -> u8 {
     }
     black_box(&buf)[777]
 }
+
+/// Writes by another thread that race with compactions and restores of the stack they write
+/// into are never lost (stack/compact.rs invariant 3: write-protect before the copy).
+#[test]
+fn writes_racing_compaction_are_never_lost() {
+    let done = watchdog("racing writes", 60);
+    let rt = eager_runtime(2);
+    if !compaction_available() {
+        return;
+    }
+    let before = weft::stack::counters();
+    let (sum, written) = rt.block_on(|| {
+        let counters = [const { AtomicU64::new(0) }; 8];
+        let finished = AtomicBool::new(false);
+        let me = weft::task::current();
+        let written = std::thread::scope(|s| {
+            let (counters, finished, me) = (&counters, &finished, &me);
+            let writer = s.spawn(move || {
+                let start = Instant::now();
+                let mut i = 0u64;
+                while start.elapsed() < Duration::from_millis(1500) {
+                    counters[(i % 8) as usize].fetch_add(1, Ordering::Relaxed);
+                    i += 1;
+                    if i % 64 == 0 {
+                        // Idle moments in which the worker compacts the parked task.
+                        std::thread::sleep(Duration::from_micros(300));
+                    }
+                }
+                finished.store(true, Ordering::Release);
+                me.unpark();
+                i
+            });
+            while !finished.load(Ordering::Acquire) {
+                weft::task::park_timeout(Duration::from_millis(1));
+            }
+            writer.join().unwrap()
+        });
+        let sum: u64 = counters.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+        (sum, written)
+    });
+    assert_eq!(sum, written, "writes were lost");
+    let after = weft::stack::counters();
+    let compactions = after.compactions - before.compactions;
+    assert!(
+        compactions > 10,
+        "only {compactions} compactions: {after:?}"
+    );
+    assert!(after.fault_restores > before.fault_restores, "{after:?}");
+    done.store(true, Ordering::Relaxed);
+}
