@@ -75,6 +75,8 @@ mod uffd;
 
 pub use compact::{counters, mode, Counters, StackMode, StackPolicy, DEFAULT_STACK_BATCH};
 pub use region::guards_are_markers;
+#[allow(unused_imports)] // used by `weft::metrics`
+pub(crate) use region::regions;
 
 pub(crate) use compact::{calibrate, switch_out, LiveStack, ParkedStack, ParkedStacks};
 
@@ -451,6 +453,16 @@ mod tests {
         local.put(a);
         local.put(b);
         assert_eq!(local.take(class).unwrap().start(), b_start);
+    }
+
+    #[test]
+    fn regions_list_the_region_of_every_slot() {
+        let class = SizeClass::for_size(64 << 10).unwrap();
+        let slot = Slot::take(class).unwrap();
+        let found = regions().into_iter().any(|(start, len, size)| {
+            size == slot.size() && slot.start() >= start && slot.start() < start + len
+        });
+        assert!(found, "slot {:#x} in no listed region", slot.start());
     }
 
     #[test]

@@ -222,6 +222,24 @@ fn region_of(addr: usize) -> Option<(usize, usize, *mut AtomicPtr<u8>)> {
     })
 }
 
+/// Every stack region reserved so far, as (start, length, slot size): for `weft::metrics`,
+/// which matches them against `/proc/self/smaps` to measure committed stack memory.
+#[allow(dead_code)] // used by `weft::metrics`
+pub(crate) fn regions() -> Vec<(usize, usize, usize)> {
+    // Acquire: pairs with the Release store in `reserve`.
+    let count = REGION_COUNT.load(Ordering::Acquire);
+    REGIONS[..count]
+        .iter()
+        .map(|e| {
+            (
+                e.start.load(Ordering::Relaxed),
+                e.len.load(Ordering::Relaxed),
+                e.slot_size.load(Ordering::Relaxed),
+            )
+        })
+        .collect()
+}
+
 /// The slot holding `addr`, as (start, size), if it lies in a stack region.
 pub(crate) fn slot_of(addr: usize) -> Option<(usize, usize)> {
     let (start, size, _) = region_of(addr)?;
