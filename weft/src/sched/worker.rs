@@ -691,7 +691,6 @@ impl Worker {
             unreachable!("start of a task that is not new");
         };
         slot.prepare();
-        task.header().stack.slot.set(slot.start());
         let coroutine = TaskCoroutine::with_stack(slot, move |yielder, ()| {
             // The body runs on the task's stack; park finds its yielder through the header.
             let worker = current_worker().expect("weft: task started off its worker");

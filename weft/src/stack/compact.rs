@@ -791,9 +791,8 @@ const COMPACTED: u8 = 4;
 /// thread only (the task records `sp` itself, on that thread).
 #[derive(Debug, Default)]
 pub(crate) struct ParkedStack {
-    /// The slot's start, set when the task starts.
-    pub(crate) slot: Cell<usize>,
-    /// The stack pointer recorded at the last switch out (invariant 1).
+    /// The stack pointer recorded at the last switch out (invariant 1); it also tells the
+    /// slot, so that this record adds only 16 bytes to every task's header.
     sp: Cell<usize>,
     /// The worker's clock, in ms, at the last park.
     parked_at: Cell<u32>,
@@ -807,7 +806,9 @@ impl ParkedStack {
         let flags = self.flags.get();
         if flags & (RECLAIMED | COMPACTED) != 0 {
             if flags & COMPACTED != 0 {
-                restore(self.slot.get(), size);
+                if let Some((slot, _)) = region::slot_of(self.sp.get()) {
+                    restore(slot, size);
+                }
             }
             self.flags.set(flags & QUEUED);
         }
@@ -938,7 +939,10 @@ impl ParkedStacks {
             }
             handled += 1;
             let age = now.wrapping_sub(stack.parked_at.get());
-            let slot = stack.slot.get();
+            let Some((slot, _)) = region::slot_of(stack.sp.get()) else {
+                stack.flags.set(flags & !QUEUED);
+                continue;
+            };
             let top = slot + live.size;
             // Invariant 1.
             let lo = stack.sp.get().saturating_sub(self.margin) & !15;
