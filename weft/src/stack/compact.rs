@@ -96,6 +96,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use crossbeam_utils::CachePadded;
+
 use super::{region, uffd};
 
 /// Which of reclaim and compaction this process can do: see the module doc, "The contract".
@@ -185,16 +187,16 @@ impl Default for StackPolicy {
 }
 
 // ---------------------------------------------------------------------------------------
-// Counters (for `weft::metrics`): Relaxed, each a plain tally.
+// Counters (for `weft::metrics`): Relaxed, each a plain tally, each on its own cache line
+// (both workers update them at every compaction and restore).
 
-static RECLAIMED_BYTES: AtomicU64 = AtomicU64::new(0);
-static COMPACTED_LIVE_BYTES: AtomicU64 = AtomicU64::new(0);
-static COMPACTED_TASKS: AtomicU64 = AtomicU64::new(0);
-static COMPACTIONS: AtomicU64 = AtomicU64::new(0);
-static COMPACTION_RELEASED_BYTES: AtomicU64 = AtomicU64::new(0);
-static RESTORES: AtomicU64 = AtomicU64::new(0);
-static FAULT_RESTORES: AtomicU64 = AtomicU64::new(0);
-static ZERO_FILLS: AtomicU64 = AtomicU64::new(0);
+static RECLAIMED_BYTES: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
+static COMPACTED_LIVE_BYTES: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
+static COMPACTIONS: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
+static COMPACTION_RELEASED_BYTES: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
+static RESTORES: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
+static FAULT_RESTORES: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
+static ZERO_FILLS: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
 
 /// A snapshot of the stack-shrinking counters, process-wide; cheap (eight Relaxed loads).
 /// Released bytes count the pages that were mapped (`mincore`), which includes pages mapped
@@ -225,7 +227,12 @@ pub fn counters() -> Counters {
     Counters {
         reclaimed_bytes: r(&RECLAIMED_BYTES),
         compacted_live_bytes: r(&COMPACTED_LIVE_BYTES),
-        compacted_tasks: r(&COMPACTED_TASKS),
+        // Restores are read first: a compaction counted meanwhile only makes this larger,
+        // never wrap below zero.
+        compacted_tasks: {
+            let restores = r(&RESTORES);
+            r(&COMPACTIONS).saturating_sub(restores)
+        },
         compactions: r(&COMPACTIONS),
         compaction_released_bytes: r(&COMPACTION_RELEASED_BYTES),
         restores: r(&RESTORES),
@@ -533,7 +540,9 @@ extern "C" fn fork_child() {
         unsafe {
             let (len, bytes) = image_parts(image);
             std::ptr::copy_nonoverlapping(bytes, (slot + size - len) as *mut u8, len);
+            sub(&COMPACTED_LIVE_BYTES, len as u64);
         }
+        add(&RESTORES, 1);
         // Plain madvise: the cached pidfd for `process_madvise` names the parent.
         // SAFETY: the slot's first page, which held the guard before compaction.
         unsafe {
@@ -674,7 +683,6 @@ unsafe fn restore_locked(slot: usize, size: usize, image: *mut u8, scratch: &mut
     let entry = region::table_entry(slot).expect("compacted slot outside a region");
     entry.store(std::ptr::null_mut(), Ordering::Release);
     sub(&COMPACTED_LIVE_BYTES, len as u64);
-    sub(&COMPACTED_TASKS, 1);
     add(&RESTORES, 1);
 }
 
@@ -1096,7 +1104,6 @@ fn compact_run(run: &[Candidate<'_>]) {
         unlock(index);
     }
     add(&COMPACTIONS, run.len() as u64);
-    add(&COMPACTED_TASKS, run.len() as u64);
     add(&COMPACTED_LIVE_BYTES, live_bytes);
     add(&COMPACTION_RELEASED_BYTES, released);
     if size < WINDOW {
