@@ -456,3 +456,87 @@ fn writes_racing_compaction_are_never_lost() {
     assert!(after.fault_restores > before.fault_restores, "{after:?}");
     done.store(true, Ordering::Relaxed);
 }
+
+const GUARD_CHILD: &str = "WEFT_TEST_STACK_GUARD_CHILD";
+
+/// A compacted task's slot gets its guard page back before the task runs again
+/// (stack/compact.rs invariant 4): reading the guard page of a restored, running task's slot
+/// must fault. Checked in a child process, which the fault kills.
+#[test]
+fn restored_slot_has_its_guard_page_again() {
+    if std::env::var(GUARD_CHILD).is_ok() {
+        guard_child();
+        return;
+    }
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "restored_slot_has_its_guard_page_again",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(GUARD_CHILD, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if stdout.contains("skipped") {
+        return;
+    }
+    use std::os::unix::process::ExitStatusExt;
+    assert!(
+        !stdout.contains("no guard") && output.status.signal() == Some(libc::SIGABRT),
+        "the guard page read did not fault: {stdout}\n{stderr}"
+    );
+    assert!(stderr.contains("stack overflow"), "{stderr}");
+}
+
+fn guard_child() {
+    let _done = watchdog("guard child", 30);
+    let rt = eager_runtime(2);
+    if !compaction_available() {
+        println!("skipped");
+        return;
+    }
+    let addr = Arc::new(AtomicUsize::new(0));
+    let running = Arc::new(AtomicBool::new(false));
+    let handle = Arc::new(std::sync::Mutex::new(None));
+    let (published, resumed, me) = (addr.clone(), running.clone(), handle.clone());
+    let _join = rt.block_on(move || {
+        weft::task::Builder::new()
+            .stack_size(64 << 10)
+            .spawn(move || {
+                let local = [3u64; 8];
+                *me.lock().unwrap() = Some(weft::task::current());
+                published.store(&local as *const _ as usize, Ordering::Release);
+                while !resumed.load(Ordering::Acquire) {
+                    weft::task::park();
+                    resumed.store(true, Ordering::Release);
+                }
+                // Running, never parked again: stays restored.
+                loop {
+                    black_box(&local);
+                    weft::task::yield_now();
+                }
+            })
+            .unwrap()
+    });
+    let local = loop {
+        match addr.load(Ordering::Acquire) {
+            0 => std::thread::sleep(Duration::from_millis(1)),
+            a => break a,
+        }
+    };
+    wait_released(local);
+    let task = handle.lock().unwrap().clone().expect("task handle");
+    task.unpark();
+    while !running.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let guard = local & !((64 << 10) - 1);
+    // SAFETY: deliberately reads the guard page; the process is expected to die here.
+    let value = unsafe { std::ptr::read_volatile(guard as *const u8) };
+    println!("guard page read returned {value}: no guard");
+    // The task never parks again, so dropping the runtime would wait for it.
+    std::process::exit(0);
+}
