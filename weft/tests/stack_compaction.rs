@@ -332,6 +332,20 @@ fn forked_child_reads_a_compacted_stack() {
     done.store(true, Ordering::Relaxed);
 }
 
+/// Runs the one test `name` of this binary in a child process with `env`; returns its
+/// status, stdout and stderr.
+fn run_child(name: &str, env: &[(&str, &str)]) -> (std::process::Output, String, String) {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command.args(["--exact", name, "--nocapture", "--test-threads=1"]);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let output = command.output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    (output, stdout, stderr)
+}
+
 const FALLBACK_CHILD: &str = "WEFT_TEST_STACK_FALLBACK_CHILD";
 
 /// Where compaction is not permitted (forced here with `WEFT_STACK_COMPACTION=off`), weft
@@ -342,19 +356,10 @@ fn fallback_reclaims_without_compaction() {
         fallback_child();
         return;
     }
-    let output = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "fallback_reclaims_without_compaction",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(FALLBACK_CHILD, "1")
-        .env("WEFT_STACK_COMPACTION", "off")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let (output, stdout, stderr) = run_child(
+        "fallback_reclaims_without_compaction",
+        &[(FALLBACK_CHILD, "1"), ("WEFT_STACK_COMPACTION", "off")],
+    );
     assert!(output.status.success(), "child failed: {stdout}\n{stderr}");
     assert!(stdout.contains("fallback ok"), "{stdout}\n{stderr}");
 }
@@ -468,18 +473,10 @@ fn restored_slot_has_its_guard_page_again() {
         guard_child();
         return;
     }
-    let output = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "restored_slot_has_its_guard_page_again",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(GUARD_CHILD, "1")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let (output, stdout, stderr) = run_child(
+        "restored_slot_has_its_guard_page_again",
+        &[(GUARD_CHILD, "1")],
+    );
     if stdout.contains("skipped") {
         return;
     }
