@@ -31,6 +31,7 @@
 pub(crate) mod blocking;
 #[cfg(not(loom))]
 pub(crate) mod compute;
+#[cfg(not(loom))]
 pub mod coop;
 #[cfg(not(loom))]
 mod epoll;
