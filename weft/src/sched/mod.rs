@@ -32,7 +32,7 @@ pub(crate) mod blocking;
 #[cfg(not(loom))]
 pub(crate) mod compute;
 #[cfg(not(loom))]
-pub mod coop;
+pub(crate) mod coop;
 #[cfg(not(loom))]
 mod epoll;
 mod idle;
