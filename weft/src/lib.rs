@@ -57,6 +57,8 @@ pub mod chan;
 #[cfg(loom)]
 #[path = "chan/core.rs"]
 pub(crate) mod chan_core;
+#[cfg(all(feature = "interpose", not(loom)))]
+pub mod interpose;
 #[cfg(loom)]
 #[path = "task/join.rs"]
 pub(crate) mod join;

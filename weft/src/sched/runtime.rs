@@ -253,6 +253,8 @@ impl RuntimeBuilder {
     /// # Errors
     /// An invalid worker count or stack size, or a failure to start a thread or a poller.
     pub fn build(self) -> io::Result<Runtime> {
+        #[cfg(feature = "interpose")]
+        crate::interpose::init();
         let workers = match self.workers {
             Some(n) => n,
             None => workers_from_env()?,
