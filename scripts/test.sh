@@ -17,7 +17,7 @@ cargo test --workspace
 # The interposed libc calls (weft feature `interpose`, off by default), in their own test
 # binaries: the feature replaces libc functions for the whole process.
 cargo test -p weft --features interpose --test interpose_sleep --test interpose_net \
-  --test interpose_ureq
+  --test interpose_ureq --test interpose_redis
 
 LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test -p weft --lib --release loom
