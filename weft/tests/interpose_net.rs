@@ -420,3 +420,33 @@ fn switched_off_a_std_read_blocks_the_worker() {
         "the other task ran at {ran_at:?}"
     );
 }
+
+#[test]
+fn a_std_socket_a_task_waited_on_can_become_a_weft_net_socket() {
+    let _serial = serial();
+    let (runtime, reports) = runtime_with_reports(1);
+    within(Duration::from_secs(10), move || {
+        runtime.block_on(|| {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            let (mut server, _) = listener.accept().unwrap();
+            let writer = weft::spawn(move || {
+                for word in [&b"one"[..], b"two"] {
+                    weft::time::sleep(Duration::from_millis(50));
+                    server.write_all(word).unwrap();
+                }
+                server
+            });
+            // A std read that parks (its descriptor gets a registration)…
+            let mut buf = [0; 3];
+            client.read_exact(&mut buf).unwrap();
+            assert_eq!(&buf, b"one");
+            // …then weft::net takes it over and registers it itself.
+            let client = weft::net::TcpStream::from_std(client).unwrap();
+            (&client).read_exact(&mut buf).unwrap();
+            assert_eq!(&buf, b"two");
+            drop(writer.join().unwrap());
+        })
+    });
+    assert_never_blocked(&reports);
+}

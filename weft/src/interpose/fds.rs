@@ -131,8 +131,11 @@ pub(crate) fn set_kind(fd: c_int, kind: u8) {
     }
 }
 
-/// Marks `fd` as a `weft::net` socket: every interposed call on it passes through.
+/// Marks `fd` as a `weft::net` socket: every interposed call on it passes through. A socket
+/// a task waited on before `weft::net` took it over (`from_std`) leaves its old registration
+/// first, or `weft::net`'s own would find the descriptor already in the reactor.
 pub(crate) fn mark_weft(fd: c_int) {
+    reset(fd);
     if let Some(e) = entry_or_alloc(fd) {
         e.flags.store(WEFT, Ordering::Relaxed);
     }
