@@ -26,6 +26,14 @@ fn nonblocking_flag(fd: &impl AsRawFd) -> bool {
     flags & libc::O_NONBLOCK != 0
 }
 
+/// A listener on a loopback port, and a connection to it: the client and the server side.
+fn connected() -> (TcpListener, TcpStream, TcpStream) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (server, _) = listener.accept().unwrap();
+    (listener, client, server)
+}
+
 /// `setsockopt(SOL_SOCKET, option, value)`, which must succeed.
 fn set_option<T>(fd: &impl AsRawFd, option: libc::c_int, value: &T) {
     // SAFETY: `value` is live and of the size given.
@@ -170,9 +178,7 @@ fn so_rcvtimeo_times_out_with_would_block_and_the_worker_free() {
 /// What a peer sees of EOF, a half-close and a reset, as a list of outcomes.
 fn eof_half_close_and_reset() -> Vec<String> {
     let mut seen = Vec::new();
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-    let (mut server, _) = listener.accept().unwrap();
+    let (listener, mut client, mut server) = connected();
     // Half-close: the client shuts its write half; the server reads EOF and may still write.
     client.write_all(b"last words").unwrap();
     client.shutdown(Shutdown::Write).unwrap();
@@ -243,9 +249,7 @@ fn a_blocking_write_of_a_large_buffer_is_complete_like_the_kernels() {
     let (runtime, reports) = runtime_with_reports(1);
     within(Duration::from_secs(20), move || {
         runtime.block_on(|| {
-            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-            let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-            let (mut server, _) = listener.accept().unwrap();
+            let (_listener, mut client, mut server) = connected();
             const LEN: usize = 16 << 20;
             let reader = weft::spawn(move || {
                 let mut total = 0;
@@ -375,9 +379,7 @@ fn nothing_is_interposed_on_a_plain_thread() {
     let _serial = serial();
     // A blocking read on a plain thread blocks that thread (no runtime is involved), and the
     // descriptor's mode is never touched.
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-    let (mut server, _) = listener.accept().unwrap();
+    let (listener, mut client, mut server) = connected();
     let writer = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(100));
         server.write_all(b"x").unwrap();
@@ -400,9 +402,7 @@ fn switched_off_a_std_read_blocks_the_worker() {
     weft::interpose::set_enabled(false);
     let ran_at = within(Duration::from_secs(10), move || {
         runtime.block_on(|| {
-            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-            let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-            let (mut server, _) = listener.accept().unwrap();
+            let (_listener, mut client, mut server) = connected();
             let start = Instant::now();
             let other = weft::spawn(move || start.elapsed());
             let writer = std::thread::spawn(move || {
@@ -427,9 +427,7 @@ fn a_std_socket_a_task_waited_on_can_become_a_weft_net_socket() {
     let (runtime, reports) = runtime_with_reports(1);
     within(Duration::from_secs(10), move || {
         runtime.block_on(|| {
-            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-            let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-            let (mut server, _) = listener.accept().unwrap();
+            let (_listener, mut client, mut server) = connected();
             let writer = weft::spawn(move || {
                 for word in [&b"one"[..], b"two"] {
                     weft::time::sleep(Duration::from_millis(50));
@@ -446,6 +444,111 @@ fn a_std_socket_a_task_waited_on_can_become_a_weft_net_socket() {
             (&client).read_exact(&mut buf).unwrap();
             assert_eq!(&buf, b"two");
             drop(writer.join().unwrap());
+        })
+    });
+    assert_never_blocked(&reports);
+}
+
+#[test]
+fn vectored_udp_waitall_and_multi_descriptor_poll_park_and_keep_their_results() {
+    let _serial = serial();
+    let (runtime, reports) = runtime_with_reports(1);
+    within(Duration::from_secs(20), move || {
+        runtime.block_on(|| {
+            let (listener, mut client, mut server) = connected();
+            // writev/readv (std's vectored I/O): the read parks until the data arrives.
+            let writer = weft::spawn(move || {
+                weft::time::sleep(Duration::from_millis(50));
+                let parts = [
+                    std::io::IoSlice::new(b"vec"),
+                    std::io::IoSlice::new(b"tored"),
+                ];
+                assert_eq!(server.write_vectored(&parts).unwrap(), 8);
+                // MSG_WAITALL below: two pieces 50 ms apart make one receive.
+                server.write_all(b"wait").unwrap();
+                weft::time::sleep(Duration::from_millis(50));
+                server.write_all(b"all!").unwrap();
+                server
+            });
+            let (mut a, mut b) = ([0; 3], [0; 5]);
+            let mut bufs = [
+                std::io::IoSliceMut::new(&mut a),
+                std::io::IoSliceMut::new(&mut b),
+            ];
+            assert_eq!(client.read_vectored(&mut bufs).unwrap(), 8);
+            assert_eq!((&a, &b), (b"vec", b"tored"));
+            let mut all = [0; 8];
+            // SAFETY: a live buffer of the length given.
+            let n = unsafe {
+                libc::recv(
+                    client.as_raw_fd(),
+                    all.as_mut_ptr().cast(),
+                    all.len(),
+                    libc::MSG_WAITALL,
+                )
+            };
+            assert_eq!(n, 8);
+            assert_eq!(&all, b"waitall!");
+            let _server = writer.join().unwrap();
+
+            // UDP: recv_from parks until a datagram comes, and returns it whole.
+            let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            let to = rx.local_addr().unwrap();
+            let from = tx.local_addr().unwrap();
+            let sender = weft::spawn(move || {
+                weft::time::sleep(Duration::from_millis(50));
+                tx.send_to(b"datagram", to).unwrap();
+                tx
+            });
+            let mut buf = [0; 64];
+            let (n, peer) = rx.recv_from(&mut buf).unwrap();
+            assert_eq!((&buf[..n], peer), (&b"datagram"[..], from));
+            drop(sender.join().unwrap());
+
+            // poll on two descriptors: the task naps between tries, the worker stays free.
+            let (mut left, _) = (
+                TcpStream::connect(listener.local_addr().unwrap()).unwrap(),
+                0,
+            );
+            let (mut left_peer, _) = listener.accept().unwrap();
+            let right = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            let (_right_peer, _) = listener.accept().unwrap();
+            let start = Instant::now();
+            let other = weft::spawn(move || {
+                let ran_at = start.elapsed();
+                weft::time::sleep(Duration::from_millis(100));
+                left_peer.write_all(b"!").unwrap();
+                (ran_at, left_peer)
+            });
+            let mut fds = [
+                libc::pollfd {
+                    fd: left.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: right.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: two live pollfds.
+            let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, 5000) };
+            assert_eq!(ready, 1);
+            assert_ne!(fds[0].revents & libc::POLLIN, 0);
+            assert_eq!(fds[1].revents, 0);
+            let (ran_at, _left_peer) = other.join().unwrap();
+            assert!(
+                ran_at < Duration::from_millis(50),
+                "poll blocked the worker"
+            );
+            assert_eq!(left.read(&mut [0; 1]).unwrap(), 1);
+            // …and one that times out returns 0 after its timeout.
+            let start = Instant::now();
+            // SAFETY: two live pollfds.
+            assert_eq!(unsafe { libc::poll(fds.as_mut_ptr(), 2, 100) }, 0);
+            assert!(start.elapsed() >= Duration::from_millis(100));
         })
     });
     assert_never_blocked(&reports);
