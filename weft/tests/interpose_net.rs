@@ -553,3 +553,49 @@ fn vectored_udp_waitall_and_multi_descriptor_poll_park_and_keep_their_results() 
     });
     assert_never_blocked(&reports);
 }
+
+#[test]
+fn a_socket_number_closed_behind_libcs_back_is_fresh_for_the_next_socket() {
+    let _serial = serial();
+    let (runtime, reports) = runtime_with_reports(1);
+    within(Duration::from_secs(20), move || {
+        runtime.block_on(|| {
+            // Read that parks once, so that the descriptor gets a registration…
+            let (listener, mut client, mut server) = connected();
+            let writer = weft::spawn(move || {
+                weft::time::sleep(Duration::from_millis(30));
+                server.write_all(b"a").unwrap();
+                server
+            });
+            client.read_exact(&mut [0; 1]).unwrap();
+            let _server = writer.join().unwrap();
+            // …closed by a raw system call, which the interposed `close` never sees.
+            let fd = std::os::fd::IntoRawFd::into_raw_fd(client);
+            // SAFETY: `fd` is ours (taken out of the stream) and closed once.
+            unsafe { libc::syscall(libc::SYS_close, fd) };
+            // The next socket most likely gets the same number; a read on it must park and
+            // wake as usual.
+            let mut again = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            let (mut server, _) = listener.accept().unwrap();
+            if again.as_raw_fd() != fd {
+                eprintln!("(the new socket got another number: nothing to check)");
+                return;
+            }
+            let writer = weft::spawn(move || {
+                weft::time::sleep(Duration::from_millis(30));
+                server.write_all(b"b").unwrap();
+                server
+            });
+            again
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            let mut buf = [0; 1];
+            again
+                .read_exact(&mut buf)
+                .expect("the read was never woken");
+            assert_eq!(&buf, b"b");
+            drop(writer.join().unwrap());
+        })
+    });
+    assert_never_blocked(&reports);
+}

@@ -15,7 +15,9 @@
 //! 1. An entry is reset (flags cleared, readiness deregistered from every reactor and
 //!    dropped) before the real `close`, `dup2`, `dup3` or `close_range` ends its fd number's
 //!    life, so a reused number never inherits stale state — provided the program closes
-//!    descriptors through libc (a raw `close` system call bypasses this; see the README).
+//!    descriptors through libc. A number that `socket`, `socketpair`, `accept` or `accept4`
+//!    returns is reset too, before the caller sees it, in case its last life ended behind
+//!    libc's back (a raw `close` system call; see the README).
 //! 2. NB_UNDER is set only by the interposer, after it set `O_NONBLOCK` on the open file
 //!    itself (a listening socket a task accepts on); USER_NB is then the mode the program
 //!    believes it set, which the interposed `fcntl`/`ioctl(FIONBIO)` report and record.

@@ -1,5 +1,5 @@
 //! The interposed sleeps, `getaddrinfo`, and the descriptor calls that keep the table right
-//! (`close`, `dup*`, `fcntl`, `ioctl(FIONBIO)`).
+//! (`close`, `dup*`, `socket`, `socketpair`, `fcntl`, `ioctl(FIONBIO)`).
 //!
 //! Owns: nothing.
 //!
@@ -192,6 +192,43 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     fds::reset(fd);
     // SAFETY: the caller's contract.
     unsafe { real::close(fd) }
+}
+
+/// A new socket's number may have been closed behind libc's back: fds.rs invariant 1.
+///
+/// # Safety
+/// As `socket(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {
+    // SAFETY: plain call.
+    let r = unsafe { real::socket(domain, ty, protocol) };
+    if r >= 0 {
+        fds::reset(r);
+    }
+    r
+}
+
+/// As [`socket`], for both ends.
+///
+/// # Safety
+/// As `socketpair(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn socketpair(
+    domain: c_int,
+    ty: c_int,
+    protocol: c_int,
+    sv: *mut c_int,
+) -> c_int {
+    // SAFETY: the caller's contract: `sv` points at two ints.
+    let r = unsafe { real::socketpair(domain, ty, protocol, sv) };
+    if r == 0 {
+        // SAFETY: as above; the call filled both.
+        unsafe {
+            fds::reset(*sv);
+            fds::reset(*sv.add(1));
+        }
+    }
+    r
 }
 
 /// # Safety

@@ -119,6 +119,8 @@ real_fns! {
         res: *mut *mut addrinfo
     ) -> c_int;
     close(fd: c_int) -> c_int;
+    socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int;
+    socketpair(domain: c_int, ty: c_int, protocol: c_int, sv: *mut c_int) -> c_int;
     dup(fd: c_int) -> c_int;
     dup2(old: c_int, new: c_int) -> c_int;
     dup3(old: c_int, new: c_int, flags: c_int) -> c_int;

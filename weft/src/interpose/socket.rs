@@ -396,8 +396,14 @@ pub unsafe extern "C" fn accept4(
     len: *mut socklen_t,
     flags: c_int,
 ) -> c_int {
-    // SAFETY: the caller's contract, for every call below.
-    let op = || unsafe { real::accept4(fd, addr, len, flags) } as isize;
+    let op = || {
+        // SAFETY: the caller's contract (every call of `op` below).
+        let r = unsafe { real::accept4(fd, addr, len, flags) };
+        if r >= 0 {
+            fds::reset(r); // fds.rs invariant 1
+        }
+        r as isize
+    };
     if !active() {
         if fds::nb_user(fd) == Some(false) {
             let deadline = deadline_after(socket_timeout(fd, libc::SO_RCVTIMEO));
