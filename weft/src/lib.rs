@@ -33,6 +33,11 @@
 //!   park (Waiter, park/wake protocol) ─┼─► sched (Runtime, workers, queues) ─► stack (slots, guards, overflow)
 //! ```
 //!
+//! # Blocking code you did not write
+//! With the `interpose` cargo feature, the blocking libc calls that std and sync crates make
+//! (`std::net` sockets, `std::thread::sleep`, `ToSocketAddrs`) park the calling task instead of
+//! blocking its worker; everywhere else they are libc's own (the `interpose` module, README).
+//!
 //! # Safety model
 //! A task that has started runs on the OS thread of its first worker until it ends: only
 //! never-started tasks are stolen by idle workers. So thread-locals, `Rc`s shared with them and

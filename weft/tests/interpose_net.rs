@@ -599,3 +599,29 @@ fn a_socket_number_closed_behind_libcs_back_is_fresh_for_the_next_socket() {
     });
     assert_never_blocked(&reports);
 }
+
+#[test]
+fn shutdown_cancels_tasks_parked_in_interposed_calls_without_aborting() {
+    let _serial = serial();
+    let (runtime, _reports) = runtime_with_reports(1);
+    let (_listener, client, _server) = connected();
+    let reader = runtime.spawn(move || {
+        let mut client = client;
+        // Nothing ever arrives: parked until the shutdown, which fails the call.
+        let r = client.read(&mut [0; 8]);
+        r.map_err(|e| e.raw_os_error())
+    });
+    let sleeper = runtime.spawn(|| {
+        let start = Instant::now();
+        std::thread::sleep(Duration::from_secs(60));
+        start.elapsed()
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let start = Instant::now();
+    within(Duration::from_secs(10), move || drop(runtime));
+    assert!(start.elapsed() < Duration::from_secs(5));
+    // The shutdown's unwind cannot cross the C frame: the read fails with ECANCELED and the
+    // sleep returns early; both tasks then end normally.
+    assert_eq!(reader.join().unwrap(), Err(Some(libc::ECANCELED)));
+    assert!(sleeper.join().unwrap() < Duration::from_secs(5));
+}

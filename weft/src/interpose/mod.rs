@@ -20,20 +20,20 @@
 //! blocks as before. `SO_RCVTIMEO`/`SO_SNDTIMEO` become the park's deadline and end it with
 //! `EAGAIN` (`EINPROGRESS` for `connect`), as the kernel does.
 //!
-//! Owns: [`ENABLED`], the runtime switch; the table (`fds.rs`); the real functions (`real.rs`).
+//! Owns: `ENABLED`, the runtime switch; the table (`fds.rs`); the real functions (`real.rs`).
 //!
 //! Invariants:
-//! 1. An interposer acts only if [`active`]: a task is running on this thread and the switch
+//! 1. An interposer acts only if `active()`: a task is running on this thread and the switch
 //!    is on. Otherwise it calls the real function with the same arguments and returns its
 //!    result untouched (except `accept` on a descriptor with `O_NONBLOCK` underneath, which
 //!    waits in the real `poll` first, fds.rs invariant 2).
 //! 2. weft's own code never recurses into an interposer that acts: its reactor calls
 //!    `epoll_*` (not interposed) and `polling` (raw system calls through rustix), parks only
-//!    between tasks (not [`active`]), and every `weft::net` descriptor is marked `WEFT` in the
+//!    between tasks (not `active()`), and every `weft::net` descriptor is marked `WEFT` in the
 //!    table, so calls on it pass through.
 //! 3. A park inside an interposer never unwinds into its C caller: a runtime shutdown cancels
 //!    a parked task by unwinding from its park, which cannot cross an `extern "C"` frame, so
-//!    [`guard`] catches it and the call fails with `ECANCELED` (a sleep returns early). Any
+//!    `guard` catches it and the call fails with `ECANCELED` (a sleep returns early). Any
 //!    other unwind there is a weft bug and aborts.
 //! 4. `errno` on return is the real call's (on failure) or what it was on entry (on success).
 //!
