@@ -625,3 +625,52 @@ fn shutdown_cancels_tasks_parked_in_interposed_calls_without_aborting() {
     assert_eq!(reader.join().unwrap(), Err(Some(libc::ECANCELED)));
     assert!(sleeper.join().unwrap() < Duration::from_secs(5));
 }
+
+#[test]
+fn a_forked_childs_close_leaves_the_parents_registrations_alone() {
+    let _serial = serial();
+    let (runtime, reports) = runtime_with_reports(1);
+    within(Duration::from_secs(20), move || {
+        runtime.block_on(|| {
+            let (_listener, mut client, server) = connected();
+            let server = Arc::new(Mutex::new(server));
+            let send = |server: &Arc<Mutex<TcpStream>>, byte: &'static [u8]| {
+                let server = server.clone();
+                weft::spawn(move || {
+                    weft::time::sleep(Duration::from_millis(30));
+                    server.lock().unwrap().write_all(byte).unwrap();
+                })
+            };
+            let writer = send(&server, b"a");
+            client.read_exact(&mut [0; 1]).unwrap(); // parks: the socket is registered
+            writer.join().unwrap();
+            // A child that closes its copy of the socket, as a fork-then-exec child may.
+            let fd = client.as_raw_fd();
+            // SAFETY: the child only calls close and _exit, both async-signal-safe.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                // SAFETY: see above.
+                unsafe {
+                    libc::close(fd);
+                    libc::_exit(0);
+                }
+            }
+            assert!(pid > 0);
+            let mut status = 0;
+            // SAFETY: our own child.
+            assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+            // The parent's registration must still be there: this read wakes.
+            client
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            let writer = send(&server, b"b");
+            let mut buf = [0; 1];
+            client
+                .read_exact(&mut buf)
+                .expect("the read was never woken");
+            assert_eq!(&buf, b"b");
+            writer.join().unwrap();
+        })
+    });
+    assert_never_blocked(&reports);
+}

@@ -25,13 +25,17 @@
 //!    read, replaced or taken only under its stripe lock.
 //! 4. Nothing on the paths a signal handler may take (`kind`, `nb_user`, `reset` of an entry
 //!    without readiness) allocates or locks.
+//! 5. In a child made by `fork`, `reset` never touches a readiness (flags only): the epoll
+//!    instances are shared with the parent, so a `close` or `dup2` between `fork` and `exec`
+//!    would delete the parent's registrations, and a lock held by another parent thread at
+//!    the fork is held forever in the child. [`forked`] is set by a `pthread_atfork` handler.
 //!
 //! May call: `sched::io` (`Readiness`). Called by: `interpose/*`, `net` (`mark_weft`).
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::os::fd::BorrowedFd;
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use libc::c_int;
@@ -187,6 +191,14 @@ pub(crate) fn copy_nb(from: c_int, to: c_int) {
     }
 }
 
+/// Set in a child process made by `fork` (invariant 5).
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+/// Invariant 5: called in the child after a `fork`, by the `pthread_atfork` handler.
+pub(crate) extern "C" fn forked() {
+    FORKED.store(true, Ordering::Relaxed);
+}
+
 /// Invariant 1: forgets everything about `fd`, which is still open; call right before the
 /// real call that closes (or replaces) it.
 pub(crate) fn reset(fd: c_int) {
@@ -194,7 +206,7 @@ pub(crate) fn reset(fd: c_int) {
         return;
     };
     e.flags.store(0, Ordering::Relaxed);
-    if e.readiness.load(Ordering::Relaxed).is_null() {
+    if e.readiness.load(Ordering::Relaxed).is_null() || FORKED.load(Ordering::Relaxed) {
         return;
     }
     let taken = {

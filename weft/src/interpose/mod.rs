@@ -261,6 +261,8 @@ static CONSTRUCTOR: extern "C" fn() = constructor;
 
 extern "C" fn constructor() {
     real::resolve_all();
+    // SAFETY: registers a handler that only stores to an atomic (fds.rs invariant 5).
+    unsafe { libc::pthread_atfork(None, None, Some(fds::forked)) };
 }
 
 #[cfg(not(all(
