@@ -40,6 +40,11 @@
 //!   metrics (snapshot, stack profile: sums what sched and stack count; its counters call nothing)
 //! ```
 //!
+//! # Blocking code you did not write
+//! With the `interpose` cargo feature, the blocking libc calls that std and sync crates make
+//! (`std::net` sockets, `std::thread::sleep`, `ToSocketAddrs`) park the calling task instead of
+//! blocking its worker; everywhere else they are libc's own (the `interpose` module, README).
+//!
 //! # Safety model
 //! A task that has started runs on the OS thread of its first worker until it ends: only
 //! never-started tasks are stolen by idle workers. So thread-locals, `Rc`s shared with them and
@@ -66,6 +71,8 @@ pub mod chan;
 pub(crate) mod chan_core;
 #[cfg(not(loom))]
 pub mod context;
+#[cfg(all(feature = "interpose", not(loom)))]
+pub mod interpose;
 #[cfg(loom)]
 #[path = "task/join.rs"]
 pub(crate) mod join;

@@ -75,6 +75,9 @@ pub(crate) struct Source<T: AsFd> {
 impl<T: AsFd> Source<T> {
     /// Wraps `io`, which must already be non-blocking (invariant 1).
     pub(crate) fn new(io: T) -> Source<T> {
+        // interpose/mod.rs invariant 2: interposed calls on it pass straight through.
+        #[cfg(feature = "interpose")]
+        crate::interpose::mark_weft(io.as_fd().as_raw_fd());
         Source {
             readiness: Arc::default(),
             io,

@@ -317,6 +317,8 @@ impl RuntimeBuilder {
     /// An invalid worker count or stack size, a stack profile that cannot be read or parsed,
     /// or a failure to start a thread or a poller.
     pub fn build(self) -> io::Result<Runtime> {
+        #[cfg(feature = "interpose")]
+        crate::interpose::init();
         let workers = match self.workers {
             Some(n) => n,
             None => workers_from_env()?,

@@ -75,3 +75,43 @@ pub fn use_stack<const N: usize>() -> u8 {
     }
     std::hint::black_box(&buf)[N - 1]
 }
+
+/// A monitor report, as collected by [`runtime_with_reports`].
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The worker was blocked (in a system call or on a futex), not computing.
+    pub blocked: bool,
+    pub text: String,
+}
+
+/// A runtime of `workers` whose monitor reports are collected in the returned list.
+pub fn runtime_with_reports(
+    workers: usize,
+) -> (weft::Runtime, std::sync::Arc<std::sync::Mutex<Vec<Report>>>) {
+    let reports = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = reports.clone();
+    let runtime = weft::Runtime::builder()
+        .workers(workers)
+        .monitor_report(move |report| {
+            let blocked = !matches!(report.activity, weft::sched::StuckActivity::Computing);
+            let text = report.to_string();
+            sink.lock().unwrap().push(Report { blocked, text });
+        })
+        .build()
+        .unwrap();
+    (runtime, reports)
+}
+
+/// Panics if any collected report says a worker was blocked; prints the others (a worker
+/// computing for 10 ms happens on a loaded machine: first-touch page faults of fresh stacks).
+pub fn assert_never_blocked(reports: &std::sync::Mutex<Vec<Report>>) {
+    let reports = reports.lock().unwrap();
+    for report in reports.iter().filter(|r| !r.blocked) {
+        eprintln!("(not a blocked worker) {}", report.text);
+    }
+    let blocked: Vec<_> = reports.iter().filter(|r| r.blocked).collect();
+    assert!(
+        blocked.is_empty(),
+        "the monitor reported blocked workers: {blocked:#?}"
+    );
+}
