@@ -30,7 +30,7 @@ use crossbeam_deque::Steal;
 
 use super::runtime::{Handle, Remote, Shared};
 use crate::stack::{self, LocalSlots, SizeClass, Slot};
-use crate::task::{Cancelled, Header, RunState, Suspend, Task, TaskCoroutine};
+use crate::task::{Cancelled, Header, RunState, Suspend, Task, TaskCoroutine, CANCELLED};
 
 /// How long an idle worker keeps looking for work before it sleeps.
 const SPIN: Duration = Duration::from_micros(50);
@@ -271,7 +271,7 @@ pub(crate) fn cancel_unstarted(task: &Task) {
     let state = unsafe { task.header().run_state() };
     if let RunState::New { .. } = state {
         *state = RunState::Done;
-        task.cancel();
+        task.cancel(Box::new(CANCELLED));
     }
 }
 
@@ -338,10 +338,21 @@ impl Spawner<'_> {
         }
     }
 
-    pub(crate) fn take_slot(&self, class: SizeClass) -> std::io::Result<Slot> {
+    /// The slot a new task of `class` takes at spawn: none where guards are page-table
+    /// markers, for then the worker that starts the task takes one from its own warm slots
+    /// (`Worker::start`). A burst of short tasks then cycles through a few warm stacks on
+    /// the workers that run them; taken here, every task queued at once held its own slot,
+    /// and a burst of 100K spawns touched tens of thousands of fresh or trimmed stacks (0.28
+    /// page faults per spawn in the spawn benchmark). Where guards are `mprotect`ed pages
+    /// each slot costs kernel mappings, and the spawn takes it, so that running out of
+    /// them is the spawn's error (README, "Supported targets").
+    pub(crate) fn take_slot(&self, class: SizeClass) -> std::io::Result<Option<Slot>> {
+        if stack::guards_are_markers() == Some(true) {
+            return Ok(None);
+        }
         match self {
-            Spawner::Worker(w) => w.slots.borrow_mut().take(class),
-            Spawner::Handle(_) => Slot::take(class),
+            Spawner::Worker(w) => w.slots.borrow_mut().take(class).map(Some),
+            Spawner::Handle(_) => Slot::take(class).map(Some),
         }
     }
 
@@ -847,10 +858,19 @@ impl Worker {
         }
     }
 
-    /// Turns a never-started task into a coroutine on this worker.
+    /// Turns a never-started task into a coroutine on this worker, on a slot from this
+    /// worker's warm ones unless the spawn took one (`Spawner::take_slot`). A task that can
+    /// get no stack does not run: its joiner gets the reason as the error (`Builder::spawn`).
     fn start(&self, task: &Task, state: &mut RunState) {
         let RunState::New { slot } = std::mem::replace(state, RunState::Done) else {
             unreachable!("start of a task that is not new");
+        };
+        let slot = match slot {
+            Some(slot) => slot,
+            None => match self.slots.borrow_mut().take(task.header().class) {
+                Ok(slot) => slot,
+                Err(e) => return self.fail_to_start(task, e),
+            },
         };
         let coroutine = TaskCoroutine::with_stack(slot, move |yielder, ()| {
             // The body runs on the task's stack; park finds its yielder through the header.
@@ -869,6 +889,16 @@ impl Worker {
         let live = self.live.borrow_mut().insert(task.clone());
         self.set_live_count(1);
         *state = RunState::Started { coroutine, live };
+    }
+
+    /// A task that got no stack at its start: reported, and cancelled with the reason.
+    #[cold]
+    fn fail_to_start(&self, task: &Task, error: std::io::Error) {
+        let mut who = String::new();
+        let _ = stack::DescribeTask::describe(task.header(), &mut who);
+        let message = format!("weft: cannot start {who}): no stack: {error}");
+        eprintln!("{message}");
+        task.cancel(Box::new(message));
     }
 
     /// Publishes the live list's length for spawners (`less_loaded_worker`). This worker is

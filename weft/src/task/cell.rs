@@ -42,8 +42,9 @@ pub(crate) struct CellVtable {
     /// Runs the closure on the current stack and completes the join slot; returns the joiner
     /// to wake once the task has fully switched out (invariant 1: called once, by the starter).
     pub(crate) run: unsafe fn(NonNull<Header>) -> Option<Waiter>,
-    /// Drops the closure of a task that never started and tells its joiner (invariant 1).
-    pub(crate) cancel: unsafe fn(NonNull<Header>),
+    /// Drops the closure of a task that never started and tells its joiner, with the given
+    /// error payload (invariant 1).
+    pub(crate) cancel: unsafe fn(NonNull<Header>, Box<dyn Any + Send>),
     /// Tells the joiner of a started task whose frames are leaked at shutdown, never to run
     /// again, that it will not finish (invariant 2: it never completes otherwise).
     pub(crate) abandon: unsafe fn(NonNull<Header>),
@@ -116,11 +117,11 @@ where
 
     /// # Safety
     /// As [`CellVtable::cancel`].
-    unsafe fn cancel(header: NonNull<Header>) {
+    unsafe fn cancel(header: NonNull<Header>, why: Box<dyn Any + Send>) {
         // SAFETY: the caller's contract.
         let cell = unsafe { Self::from_header(header) };
         drop_in_task(cell.take_body());
-        cell.complete_without_result(CANCELLED);
+        cell.complete_without_result(why);
     }
 
     /// # Safety
@@ -129,12 +130,12 @@ where
     unsafe fn abandon(header: NonNull<Header>) {
         // SAFETY: the caller's contract.
         let cell = unsafe { Self::from_header(header) };
-        cell.complete_without_result(LEAKED);
+        cell.complete_without_result(Box::new(LEAKED));
     }
 
     /// Completes the join slot with an error payload and wakes the joiner.
-    fn complete_without_result(&self, why: &'static str) {
-        match self.join.complete(Err(Box::new(why))) {
+    fn complete_without_result(&self, why: Box<dyn Any + Send>) {
+        match self.join.complete(Err(why)) {
             Completion::Joined(Some(joiner)) => joiner.wake(),
             Completion::Joined(None) | Completion::Detached(_) => {}
         }
