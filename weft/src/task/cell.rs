@@ -21,7 +21,9 @@
 //!
 //! Why one allocation: the spawn path allocated the header, the join slot and the boxed closure
 //! separately; glibc's malloc and free, with frees on another thread than the allocation, were
-//! 37% of the instructions of the million example (callgrind).
+//! 37% of the instructions of the million example (callgrind). The allocation itself comes from
+//! per-thread caches by size class (task/alloc.rs), since the cell is usually freed on another
+//! worker than the one that spawned it.
 //!
 //! Why a vtable and a thin pointer rather than `Arc<dyn TaskCell>`: every wake and park passes
 //! the task around; a fat pointer made each one recompute where the header sits inside the
@@ -33,6 +35,7 @@ use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
 
+use super::alloc;
 use super::join::{Completion, JoinSlot, CANCELLED, LEAKED};
 use super::{Cancelled, Header};
 use crate::park::Waiter;
@@ -146,10 +149,10 @@ where
     unsafe fn free(header: NonNull<Header>) {
         let cell = header.cast::<Self>().as_ptr();
         // SAFETY: the caller's contract: nothing can reach the cell any more; `allocate` made
-        // it with this layout from this allocator.
+        // it with this layout from task/alloc.rs.
         unsafe {
             cell.drop_in_place();
-            std::alloc::dealloc(cell.cast(), Layout::new::<Self>());
+            alloc::free(header.cast(), Layout::new::<Self>());
         }
     }
 }
@@ -186,12 +189,8 @@ where
     T: Send + 'static,
 {
     header.vtable = vtable::<F, T>();
-    let layout = Layout::new::<Cell<F, T>>();
-    // SAFETY: the layout is not zero-sized: it holds a header.
-    let memory = unsafe { std::alloc::alloc(layout) }.cast::<Cell<F, T>>();
-    let Some(memory) = NonNull::new(memory) else {
-        std::alloc::handle_alloc_error(layout);
-    };
+    // The layout is not zero-sized: it holds a header.
+    let memory = alloc::allocate(Layout::new::<Cell<F, T>>()).cast::<Cell<F, T>>();
     let cell = Cell {
         header,
         join: JoinSlot::new(),

@@ -35,6 +35,7 @@
 //!
 //! May call: `stack`, `park`, `sched` (to submit a spawned task). Called by: everything above.
 
+mod alloc;
 mod cell;
 mod join;
 
