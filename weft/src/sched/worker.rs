@@ -756,6 +756,11 @@ impl Worker {
         // Going to sleep: give back the stack memory of a past burst, step by step, waking up
         // for the next step (stack/mod.rs, "Warm slots").
         let trim_due = stack::trim_idle();
+        // And the task cells of a past burst (task/alloc.rs invariant 4), in the same steps.
+        let trim_due = match (trim_due, crate::task::trim_cells_idle()) {
+            (Some(due), true) => Some(due.min(stack::TRIM_INTERVAL)),
+            (due, cells) => due.or(cells.then_some(stack::TRIM_INTERVAL)),
+        };
         // idle.rs step 3 (the fence is inside).
         self.remote.flags.prepare_sleep();
         if !self.has_work() {

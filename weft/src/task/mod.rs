@@ -39,6 +39,7 @@ mod alloc;
 mod cell;
 mod join;
 
+pub(crate) use alloc::trim_idle as trim_cells_idle;
 pub use join::JoinHandle;
 pub(crate) use join::CANCELLED;
 
