@@ -915,7 +915,9 @@ impl Worker {
         *state = RunState::Started { coroutine, live };
     }
 
-    /// A task that got no stack at its start: reported, and cancelled with the reason.
+    /// A task that got no stack at its start: reported, and cancelled with the reason. Its
+    /// closure is dropped here, on the worker's stack, as there is no stack of its own to
+    /// drop it on (a panic in that drop is caught; a drop that parks blocks the worker).
     #[cold]
     fn fail_to_start(&self, task: &Task, error: std::io::Error) {
         let mut who = String::new();
