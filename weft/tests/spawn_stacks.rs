@@ -70,11 +70,17 @@ fn no_stack_child() {
             .find_map(|l| l.strip_prefix("VmSize:"))
             .and_then(|v| v.split_whitespace().next()?.parse().ok())
             .unwrap();
-        // Room for the heap to grow, none for a new 32 GiB region of stack slots.
-        let cap = (vm_kib << 10) + (1 << 30);
+        // Room for the heap to grow, none for a new 32 GiB region of stack slots. The hard
+        // limit stays as it is (raising it needs a privilege).
+        let mut old = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit fills the struct we pass.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut old) }, 0);
         let limit = libc::rlimit {
-            rlim_cur: cap,
-            rlim_max: libc::RLIM_INFINITY,
+            rlim_cur: ((vm_kib << 10) + (1 << 30)).min(old.rlim_max),
+            rlim_max: old.rlim_max,
         };
         // SAFETY: setrlimit with a valid struct has no memory-safety preconditions.
         assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &limit) }, 0);
@@ -84,12 +90,8 @@ fn no_stack_child() {
             .expect("the spawn itself succeeds: the slot is taken at start");
         let outcome = handle.join();
         // Lift the cap again for the runtime's shutdown.
-        let unlimited = libc::rlimit {
-            rlim_cur: libc::RLIM_INFINITY,
-            rlim_max: libc::RLIM_INFINITY,
-        };
         // SAFETY: as above.
-        unsafe { libc::setrlimit(libc::RLIMIT_AS, &unlimited) };
+        unsafe { libc::setrlimit(libc::RLIMIT_AS, &old) };
         outcome.map_err(|payload| {
             payload
                 .downcast_ref::<String>()
