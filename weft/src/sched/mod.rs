@@ -17,7 +17,9 @@
 //!    yielded task goes back to its home worker only (task/mod.rs invariant 1).
 //! 2. A worker runs at most one task at a time, and the worker thread's own code never runs
 //!    on a task's stack.
-//! 3. No wakeup is lost between a worker deciding to sleep and work arriving (idle.rs).
+//! 3. No wakeup is lost between a worker deciding to sleep and work arriving (idle.rs). A
+//!    spawn onto the spawning worker's own deque is work for that worker, which is awake; it
+//!    wakes another worker only to share it, once per burst (idle.rs, "Spawns").
 //!
 //! May call: `task`, `stack`, `park`. Called by: `task` (spawn, park, yield), the public API.
 //!

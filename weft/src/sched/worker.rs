@@ -403,10 +403,21 @@ impl Spawner<'_> {
         }
     }
 
-    pub(crate) fn take_slot(&self, class: SizeClass) -> std::io::Result<Slot> {
+    /// The slot a new task of `class` takes at spawn: none where guards are page-table
+    /// markers, for then the worker that starts the task takes one from its own warm slots
+    /// (`Worker::start`). A burst of short tasks then cycles through a few warm stacks on
+    /// the workers that run them; taken here, every task queued at once held its own slot,
+    /// and a burst of 100K spawns touched tens of thousands of fresh or trimmed stacks (0.28
+    /// page faults per spawn in the spawn benchmark). Where guards are `mprotect`ed pages
+    /// each slot costs kernel mappings, and the spawn takes it, so that running out of
+    /// them is the spawn's error (README, "Supported targets").
+    pub(crate) fn take_slot(&self, class: SizeClass) -> std::io::Result<Option<Slot>> {
+        if stack::guards_are_markers() == Some(true) {
+            return Ok(None);
+        }
         match self {
-            Spawner::Worker(w) => w.slots.borrow_mut().take(class),
-            Spawner::Handle(_) => Slot::take(class),
+            Spawner::Worker(w) => w.slots.borrow_mut().take(class).map(Some),
+            Spawner::Handle(_) => Slot::take(class).map(Some),
         }
     }
 
@@ -430,7 +441,18 @@ impl Spawner<'_> {
                     return;
                 }
                 w.new_tasks.push(task);
-                w.shared.wake_idle_worker(Some(w.index));
+                // Wake-ups for a burst: the first spawn of a resume, and every
+                // WAKE_CHECK_EVERY-th after it, look for an idle worker to wake; the others
+                // skip the fence and the look (a fence per spawn was 5 % of a spawn's time).
+                // Nothing is stranded by the skip: this worker is awake and looks at its own
+                // deque before it sleeps (sched/idle.rs, "Spawns"); at most the next
+                // WAKE_CHECK_EVERY − 1 tasks wait for a thief that a later spawn, the
+                // thieves' own spinning or the monitor brings.
+                let spawns = w.spawns_this_resume.get();
+                w.spawns_this_resume.set(spawns.wrapping_add(1));
+                if spawns % WAKE_CHECK_EVERY == 0 {
+                    w.shared.wake_idle_worker(Some(w.index));
+                }
             }
             Spawner::Handle(h) => {
                 counters::OFF_WORKER.spawned();
@@ -439,6 +461,10 @@ impl Spawner<'_> {
         }
     }
 }
+
+/// Within one resume of a task, one spawn in this many looks for an idle worker to wake
+/// (`Spawner::submit`).
+const WAKE_CHECK_EVERY: u32 = 16;
 
 /// How many more live tasks than another worker a worker must have before its spawns go to
 /// that worker: a slack, so that short-lived tasks (spawn, run, finish) stay local and cheap.
@@ -507,6 +533,8 @@ pub(crate) struct Worker {
     timer_seq: Cell<u64>,
     /// Idle spins in a row that found nothing (see `idle`).
     spin_misses: Cell<u32>,
+    /// Spawns onto `new_tasks` since the running task was resumed (see `Spawner::submit`).
+    spawns_this_resume: Cell<u32>,
     /// `remote.running_name` holds a name (see there).
     named_running: Cell<bool>,
     /// Which live tasks have their stack depth sampled (stats.rs).
@@ -536,6 +564,7 @@ impl Worker {
             timers: RefCell::new(BTreeMap::new()),
             timer_seq: Cell::new(0),
             spin_misses: Cell::new(0),
+            spawns_this_resume: Cell::new(0),
             named_running: Cell::new(false),
             sampler: Sampler::default(),
         }
@@ -819,10 +848,15 @@ impl Worker {
             }
         }
         // Going to sleep: give back the stack memory of a past burst, step by step, waking up
-        // for the next step (stack/mod.rs, "Warm slots"), and shrink parked tasks' stacks.
+        // for the next step (stack/mod.rs, "Warm slots"), shrink parked tasks' stacks, and
+        // give back the task cells of a past burst (task/alloc.rs invariant 4).
         let trim_due = match (stack::trim_idle(), self.stack_step()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
+        };
+        let trim_due = match (trim_due, crate::task::trim_cells_idle()) {
+            (Some(due), true) => Some(due.min(stack::TRIM_INTERVAL)),
+            (due, cells) => due.or(cells.then_some(stack::TRIM_INTERVAL)),
         };
         // idle.rs step 3 (the fence is inside).
         self.remote.flags.prepare_sleep();
@@ -918,6 +952,7 @@ impl Worker {
             self.named_running.set(header.name.is_some());
         }
         super::coop::reset(); // coop.rs invariant 1
+        self.spawns_this_resume.set(0);
         let result = coroutine.resume(());
         remote.running_id.store(0, Ordering::Relaxed);
         stack::set_running(None);
@@ -949,10 +984,19 @@ impl Worker {
         }
     }
 
-    /// Turns a never-started task into a coroutine on this worker.
+    /// Turns a never-started task into a coroutine on this worker, on a slot from this
+    /// worker's warm ones unless the spawn took one (`Spawner::take_slot`). A task that can
+    /// get no stack does not run: its joiner gets the reason as the error (`Builder::spawn`).
     fn start(&self, task: &Task, state: &mut RunState) {
-        let RunState::New { mut slot } = std::mem::replace(state, RunState::Done) else {
+        let RunState::New { slot } = std::mem::replace(state, RunState::Done) else {
             unreachable!("start of a task that is not new");
+        };
+        let mut slot = match slot {
+            Some(slot) => slot,
+            None => match self.slots.borrow_mut().take(task.header().class) {
+                Ok(slot) => slot,
+                Err(e) => return self.fail_to_start(task, e),
+            },
         };
         slot.prepare();
         let remote = &self.remote;
@@ -978,6 +1022,18 @@ impl Worker {
         let live = self.live.borrow_mut().insert(task.clone());
         self.set_live_count(1);
         *state = RunState::Started { coroutine, live };
+    }
+
+    /// A task that got no stack at its start: reported, and cancelled with the reason. Its
+    /// closure is dropped here, on the worker's stack, as there is no stack of its own to
+    /// drop it on (a panic in that drop is caught; a drop that parks blocks the worker).
+    #[cold]
+    fn fail_to_start(&self, task: &Task, error: std::io::Error) {
+        let mut who = String::new();
+        let _ = stack::DescribeTask::describe(task.header(), &mut who);
+        let message = format!("weft: cannot start {who}): no stack: {error}");
+        eprintln!("{message}");
+        task.drop_unstarted_with(Box::new(message));
     }
 
     /// Publishes the live list's length for spawners (`less_loaded_worker`). This worker is

@@ -115,3 +115,22 @@ pub fn assert_never_blocked(reports: &std::sync::Mutex<Vec<Report>>) {
         "the monitor reported blocked workers: {blocked:#?}"
     );
 }
+
+/// Runs the test `child` of this test binary in a subprocess, alone, with `env` set to "1"
+/// (the child test does its work only then); asserts it succeeded and returns what follows
+/// `RESULT ` on its output, with its stderr.
+pub fn child_result(child: &str, env: &str) -> (String, String) {
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", child, "--nocapture", "--test-threads=1"])
+        .env(env, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let result = stdout
+        .lines()
+        .find_map(|l| Some(l[l.find("RESULT ")? + 7..].to_owned()))
+        .unwrap_or_else(|| panic!("no result: {stdout}\n{stderr}"));
+    (result, stderr)
+}
