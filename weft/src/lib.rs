@@ -57,6 +57,8 @@ pub mod chan;
 #[cfg(loom)]
 #[path = "chan/core.rs"]
 pub(crate) mod chan_core;
+#[cfg(not(loom))]
+pub mod debug;
 #[cfg(loom)]
 #[path = "task/join.rs"]
 pub(crate) mod join;

@@ -94,6 +94,13 @@ impl ParkState {
             .is_ok()
     }
 
+    /// Whether the task is PARKED now: a snapshot for a task dump, which may be stale by the
+    /// time it is read (an unpark may come at any moment). Never used to decide anything.
+    #[cfg(not(loom))]
+    pub(crate) fn is_parked(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == PARKED
+    }
+
     /// The task, back from the switch: consumes the token that woke (or kept) it.
     #[inline]
     pub(crate) fn resumed(&self) {

@@ -55,6 +55,6 @@ mod runtime;
 #[cfg(not(loom))]
 pub use monitor::{MonitorReport, StuckActivity};
 #[cfg(not(loom))]
-pub(crate) use runtime::Remote;
-#[cfg(not(loom))]
 pub use runtime::{EnterGuard, Handle, Runtime, RuntimeBuilder};
+#[cfg(not(loom))]
+pub(crate) use runtime::{Remote, Shared};

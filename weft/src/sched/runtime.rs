@@ -76,6 +76,11 @@ pub(crate) struct Remote {
     /// Started, unfinished tasks living on this worker (its live list's length), written by
     /// the worker only, Relaxed: spawners read it to place new tasks (worker.rs, `Spawner`).
     pub(crate) live: AtomicUsize,
+    /// Task-dump requests waiting for this worker to answer them between tasks (worker.rs,
+    /// "Capturing a parked task"); `dump_pending` says the list is not empty, so the worker
+    /// looks at the lock only when there is something.
+    pub(crate) dump_requests: Mutex<Vec<crate::debug::DumpRequest>>,
+    pub(crate) dump_pending: AtomicBool,
     /// The I/O sources registered with `poller` (sched/io.rs). Declared after `poller`, so
     /// dropped after it (`Reactor::new`'s contract).
     pub(crate) io: super::io::Reactor,
@@ -143,6 +148,39 @@ impl Remote {
         task
     }
 
+    /// Queues a dump request and wakes the worker as a wake does (idle.rs steps 1–2): it
+    /// answers at its next look at its inbox.
+    pub(crate) fn request_dump(&self, request: crate::debug::DumpRequest) {
+        self.dump_requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(request);
+        self.dump_pending.store(true, Ordering::Relaxed);
+        // Release: pairs with the Acquire fence in `dump_pending`, through `pushed`: a worker
+        // that takes this push sees the flag.
+        fence(Ordering::Release);
+        if self.flags.work_pushed() {
+            self.notify();
+        }
+    }
+
+    /// Whether a dump request waits: the worker, right after `take_pushed` returned true.
+    #[inline]
+    pub(crate) fn dump_pending(&self) -> bool {
+        // Acquire: pairs with the Release fence in `request_dump` (a compiler barrier only on
+        // x86-64: no instruction on the wake path).
+        fence(Ordering::Acquire);
+        self.dump_pending.load(Ordering::Relaxed)
+    }
+
+    /// Takes the waiting dump requests. The flag is cleared under the lock, so a request
+    /// queued after this re-sets it.
+    pub(crate) fn take_dump_requests(&self) -> Vec<crate::debug::DumpRequest> {
+        let mut requests = self.dump_requests.lock().unwrap_or_else(|e| e.into_inner());
+        self.dump_pending.store(false, Ordering::Relaxed);
+        std::mem::take(&mut *requests)
+    }
+
     pub(crate) fn notify(&self) {
         // An error means the eventfd is gone, which only happens after the worker exited.
         let _ = self.poller.notify();
@@ -187,6 +225,7 @@ pub struct RuntimeBuilder {
     monitor_threshold: Option<Option<Duration>>,
     monitor_report: Option<super::monitor::ReportHook>,
     max_threads: Option<usize>,
+    sigquit: Option<crate::debug::SigquitAction>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -200,6 +239,7 @@ impl std::fmt::Debug for RuntimeBuilder {
                 &self.monitor_report.as_ref().map(|_| "custom"),
             )
             .field("max_threads", &self.max_threads)
+            .field("sigquit", &self.sigquit)
             .finish()
     }
 }
@@ -248,6 +288,14 @@ impl RuntimeBuilder {
         self
     }
 
+    /// What SIGQUIT does (`weft::debug`): by default, like Go, it prints the grouped task
+    /// dump to stderr and exits with status 2. The `WEFT_SIGQUIT` environment variable
+    /// (`exit`, `continue`, `full`, `off`), when set, wins over this, like `GOTRACEBACK`.
+    pub fn sigquit(mut self, action: crate::debug::SigquitAction) -> Self {
+        self.sigquit = Some(action);
+        self
+    }
+
     /// Starts the workers.
     ///
     /// # Errors
@@ -280,6 +328,7 @@ impl RuntimeBuilder {
         let default_class =
             SizeClass::for_size(self.stack_size.unwrap_or(stack::DEFAULT_STACK_SIZE))?;
         stack::install_handler();
+        crate::debug::install_sigquit(crate::debug::action_from_env(self.sigquit)?)?;
 
         let locals: Vec<_> = (0..workers)
             .map(|_| crossbeam_deque::Worker::new_fifo())
@@ -302,6 +351,8 @@ impl RuntimeBuilder {
                     running_name: Mutex::new(None),
                     tid: std::sync::atomic::AtomicI32::new(0),
                     live: AtomicUsize::new(0),
+                    dump_requests: Mutex::new(Vec::new()),
+                    dump_pending: AtomicBool::new(false),
                     io,
                 }))
             })
@@ -338,6 +389,7 @@ impl RuntimeBuilder {
                 }
             }
         }
+        crate::debug::register(&shared);
         let mut runtime = Runtime {
             shared,
             threads,

@@ -67,11 +67,24 @@ pub(crate) enum Suspend {
     Yield,
     /// `park`: it waits for an `unpark`.
     Park,
+    /// It recorded what a dump asked for and waits again, as before the dump resumed it
+    /// (sched/worker.rs, "Capturing a parked task").
+    Captured,
 }
 
-/// The coroutine a started task runs in: resumed with `()`, suspends with a [`Suspend`], and
-/// returns the joiner to wake once it has fully finished.
-pub(crate) type TaskCoroutine = Coroutine<(), Suspend, Option<Waiter>, Slot>;
+/// Why a worker resumes a task.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Resume {
+    /// Run it: it was woken, yielded, or starts.
+    Run,
+    /// Record where it waits into this capture, then suspend with [`Suspend::Captured`]
+    /// without touching its park state (sched/worker.rs, "Capturing a parked task").
+    Capture(NonNull<crate::debug::Capture>),
+}
+
+/// The coroutine a started task runs in: resumed with a [`Resume`], suspends with a
+/// [`Suspend`], and returns the joiner to wake once it has fully finished.
+pub(crate) type TaskCoroutine = Coroutine<Resume, Suspend, Option<Waiter>, Slot>;
 
 /// Where a task is in its life (invariant 1).
 pub(crate) enum RunState {
@@ -99,7 +112,7 @@ pub(crate) struct Header {
     pub(crate) class: SizeClass,
     home: UnsafeCell<Option<Arc<Remote>>>,
     run: UnsafeCell<RunState>,
-    pub(crate) yielder: Cell<*const Yielder<(), Suspend>>,
+    pub(crate) yielder: Cell<*const Yielder<Resume, Suspend>>,
     pub(crate) cancelling: Cell<bool>,
     /// The task was unwinding when it last parked (sched/worker.rs, "Parking while
     /// panicking").
@@ -384,15 +397,17 @@ pub fn try_current() -> Option<Task> {
 /// spurious: call it in a loop that checks a condition. On a plain OS thread this is
 /// `std::thread::park`.
 pub fn park() {
-    crate::park::park_current();
+    crate::park::park_current(crate::park::ParkReason::Park);
 }
 
 /// Like [`park`], but returns after `timeout` at the latest, like
 /// `std::thread::park_timeout`.
 pub fn park_timeout(timeout: std::time::Duration) {
     match std::time::Instant::now().checked_add(timeout) {
-        Some(deadline) => crate::park::park_current_until(deadline),
-        None => park(),
+        Some(deadline) => {
+            crate::park::park_current_until(deadline, crate::park::ParkReason::ParkTimeout)
+        }
+        None => crate::park::park_current(crate::park::ParkReason::ParkTimeout),
     }
 }
 

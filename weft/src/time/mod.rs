@@ -35,7 +35,7 @@ pub fn sleep(duration: Duration) {
     match Instant::now().checked_add(duration) {
         Some(deadline) => sleep_until(deadline),
         None => loop {
-            crate::park::park_current();
+            crate::park::park_current(crate::park::ParkReason::Sleep);
         },
     }
 }
@@ -51,7 +51,7 @@ pub fn sleep_until(deadline: Instant) {
             std::thread::sleep(deadline - now);
             continue;
         }
-        crate::park::park_current_until(deadline);
+        crate::park::park_current_until(deadline, crate::park::ParkReason::Sleep);
     }
 }
 

@@ -1,0 +1,244 @@
+//! The capture of one worker's tasks for a dump: what a task records about itself when its
+//! worker resumes it with `Resume::Capture`, and the worker's answer.
+//!
+//! Owns: [`Capture`] (one per answering worker, written by each captured task in turn, on the
+//! worker's thread), [`WorkerDump`] (the answer, sent to the requester), and the request and
+//! answer messages.
+//!
+//! Invariants:
+//! 1. A capture is written only by the task the worker resumed with it, between that resume
+//!    and the task's `Suspend::Captured`; the worker reads it only after (sched/worker.rs,
+//!    "Capturing a parked task" step 2).
+//! 2. A task records frames only while [`CAPTURE_RESERVE`] bytes of its stack remain free: the
+//!    unwinder's frames must fit above the guard page, or the capture would overflow a task
+//!    that parked with a nearly full stack.
+//! 3. Raw stacks are instruction pointers only; they are interned per worker (a million tasks
+//!    parked at one site share one entry) and symbolized later, off the worker.
+//!
+//! May call: `backtrace` (unwinding only). Called by: sched/worker.rs (`suspend`,
+//! `answer_dump`), `debug` (collecting the answers).
+//!
+//! Why resume the task rather than unwind its saved context from outside: corosensei keeps a
+//! suspended coroutine's stack pointer private, and an unwinder started from a saved register
+//! set would need a hand-built `_Unwind_Context`; a resume costs ≈2 ns and lets the ordinary
+//! unwinder walk the task's frames on its own stack, the way a panic's backtrace does.
+
+use std::collections::HashMap;
+use std::panic::Location;
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::park::ParkReason;
+use crate::task::Header;
+
+/// The most frames kept of one task's stack (the innermost ones).
+pub(crate) const MAX_FRAMES: usize = 48;
+
+/// Free stack a task must have left for its capture to walk its frames (invariant 2): the
+/// unwinder's state and frames take a few KiB; slots are at least 32 KiB.
+pub(crate) const CAPTURE_RESERVE: usize = 12 * 1024;
+
+/// What a parked task's parking frame holds for a dump: why it waits and since when.
+pub(crate) struct ParkSite {
+    pub(crate) reason: ParkReason,
+    /// The worker's coarse clock at the park (sched/worker.rs, `Worker::clock`).
+    pub(crate) since: Instant,
+}
+
+/// One task's record, written by the task itself (invariant 1).
+pub(crate) struct Capture {
+    /// Bounds of the task's stack, from its worker: frames whose canonical frame address
+    /// falls outside them are the worker's, not the task's.
+    limit: usize,
+    base: usize,
+    reason: Option<ParkReason>,
+    since: Option<Instant>,
+    /// Bytes between the top of the task's stack and its stack pointer at the capture.
+    in_use: usize,
+    ips: [usize; MAX_FRAMES],
+    len: usize,
+    /// No frames recorded: too little stack left (invariant 2).
+    no_room: bool,
+}
+
+impl Capture {
+    pub(crate) fn new() -> Capture {
+        Capture {
+            limit: 0,
+            base: 0,
+            reason: None,
+            since: None,
+            in_use: 0,
+            ips: [0; MAX_FRAMES],
+            len: 0,
+            no_room: false,
+        }
+    }
+
+    /// The worker, before resuming a task: `root` is the address of the task's yielder, which
+    /// corosensei keeps at the root of the task's stack, and `size` the slot's size.
+    pub(crate) fn prepare(&mut self, root: usize, size: usize) {
+        // The coroutine's own entry frames sit just above the yielder.
+        self.base = root.saturating_add(4096);
+        self.limit = root.saturating_sub(size);
+        self.reason = None;
+        self.since = None;
+        self.in_use = 0;
+        self.len = 0;
+        self.no_room = false;
+    }
+}
+
+/// Records the running task's stack into `capture`: called by the task, on its own stack,
+/// from `suspend` when a dump resumed it (sched/worker.rs, "Capturing a parked task" step 2).
+#[cold]
+#[inline(never)]
+pub(crate) fn record(capture: NonNull<Capture>, site: Option<&ParkSite>) {
+    // SAFETY: invariant 1: the worker handed this capture to this task alone, and does not
+    // touch it until the task suspends again.
+    let capture = unsafe { &mut *capture.as_ptr() };
+    let here = 0u8;
+    let sp = std::ptr::addr_of!(here) as usize;
+    capture.in_use = capture.base.saturating_sub(4096).saturating_sub(sp);
+    if let Some(site) = site {
+        capture.reason = Some(site.reason);
+        capture.since = Some(site.since);
+    }
+    if sp.saturating_sub(capture.limit) < CAPTURE_RESERVE {
+        capture.no_room = true;
+        return;
+    }
+    let (limit, base) = (capture.limit, capture.base);
+    let mut len = 0;
+    let ips = &mut capture.ips;
+    // SAFETY: `trace_unsynchronized` only asks that no other thread use the platform's
+    // unwinder unsynchronised where it is not thread-safe (dbghelp on Windows); on Linux it is
+    // libgcc's `_Unwind_Backtrace`, which is thread-safe. Invariant 2 leaves it room.
+    unsafe {
+        backtrace::trace_unsynchronized(|frame| {
+            let cfa = frame.sp() as usize;
+            if cfa != 0 && (cfa < limit || cfa > base) {
+                return false; // left the task's stack: the worker's frames follow
+            }
+            if len == MAX_FRAMES {
+                return false;
+            }
+            ips[len] = frame.ip() as usize;
+            len += 1;
+            true
+        });
+    }
+    capture.len = len;
+}
+
+/// One task as its worker saw it.
+#[derive(Clone)]
+pub(crate) struct RawTask {
+    pub(crate) id: u64,
+    pub(crate) name: Option<Arc<str>>,
+    pub(crate) parked: bool,
+    pub(crate) reason: Option<ParkReason>,
+    pub(crate) since: Option<Instant>,
+    pub(crate) spawn_site: &'static Location<'static>,
+    pub(crate) in_use: usize,
+    /// Index into the worker's `stacks`; `None` when the task had no room (invariant 2).
+    pub(crate) stack: Option<u32>,
+}
+
+/// A worker's answer.
+pub(crate) struct WorkerDump {
+    /// Never-started tasks in its queues (they have no stack yet).
+    pub(crate) unstarted: usize,
+    pub(crate) tasks: Vec<RawTask>,
+    /// Distinct raw stacks, innermost frame first (invariant 3).
+    pub(crate) stacks: Vec<Box<[usize]>>,
+    /// When the worker captured them.
+    pub(crate) taken_at: Instant,
+}
+
+/// Builds a worker's answer, interning stacks as they come.
+pub(crate) struct WorkerDumpBuilder {
+    dump: WorkerDump,
+    interned: HashMap<Box<[usize]>, u32>,
+}
+
+impl WorkerDumpBuilder {
+    pub(crate) fn new(unstarted: usize) -> WorkerDumpBuilder {
+        WorkerDumpBuilder {
+            dump: WorkerDump {
+                unstarted,
+                tasks: Vec::new(),
+                stacks: Vec::new(),
+                taken_at: Instant::now(),
+            },
+            interned: HashMap::new(),
+        }
+    }
+
+    /// Adds a task the worker just captured; `parked` is its park-state snapshot.
+    pub(crate) fn push(&mut self, header: &Header, parked: bool, capture: &Capture) {
+        let stack = if capture.no_room {
+            None
+        } else {
+            let ips = &capture.ips[..capture.len];
+            Some(match self.interned.get(ips) {
+                Some(&index) => index,
+                None => {
+                    let index = self.dump.stacks.len() as u32;
+                    let ips: Box<[usize]> = ips.into();
+                    self.dump.stacks.push(ips.clone());
+                    self.interned.insert(ips, index);
+                    index
+                }
+            })
+        };
+        self.dump.tasks.push(RawTask {
+            id: header.id.as_u64(),
+            name: header.name.clone(),
+            parked,
+            reason: capture.reason,
+            since: capture.since,
+            spawn_site: header.spawn_site,
+            in_use: capture.in_use,
+            stack,
+        });
+    }
+
+    pub(crate) fn finish(self) -> WorkerDump {
+        self.dump
+    }
+}
+
+/// A message from a worker to a dump's requester.
+pub(crate) enum Answer {
+    /// The worker took the request (it is not stuck in a task).
+    Started { slot: usize },
+    /// Its tasks.
+    Done { slot: usize, dump: Arc<WorkerDump> },
+}
+
+/// A dump request queued on one worker (`Remote::request_dump`).
+pub(crate) struct DumpRequest {
+    pub(crate) slot: usize,
+    pub(crate) answer: crate::chan::Sender<Answer>,
+}
+
+/// The worker, on taking `requests`: tells each requester it is answering.
+pub(crate) fn answer_started(requests: &[DumpRequest], _worker: usize) {
+    for request in requests {
+        // An unbounded send never parks; a requester that gave up dropped its receiver.
+        let _ = request.answer.send(Answer::Started { slot: request.slot });
+    }
+}
+
+/// The worker, done: sends its tasks to every requester.
+pub(crate) fn answer(requests: Vec<DumpRequest>, dump: WorkerDump) {
+    let dump = Arc::new(dump);
+    for request in requests {
+        let _ = request.answer.send(Answer::Done {
+            slot: request.slot,
+            dump: dump.clone(),
+        });
+    }
+}
