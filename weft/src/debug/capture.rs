@@ -14,6 +14,12 @@
 //!    that parked with a nearly full stack.
 //! 3. Raw stacks are instruction pointers only; they are interned per worker (a million tasks
 //!    parked at one site share one entry) and symbolized later, off the worker.
+//! 4. A task reuses a stack an earlier task of the same dump unwound (a `Layout`) only if its
+//!    stack pointer is as deep below its stack's root and every return address of that stack
+//!    sits in its own stack at the same offset: then it is suspended in the same functions at
+//!    the same call sites, and unwinding it would find the same frames. x86-64 only, where a
+//!    frame's return address is the word below its canonical frame address. A stack whose
+//!    words do not all check out when it is first unwound is not remembered.
 //!
 //! May call: `backtrace` (unwinding only). Called by: sched/worker.rs (`suspend`,
 //! `answer_dump`), `debug` (collecting the answers).
@@ -60,6 +66,35 @@ pub(crate) struct Capture {
     len: usize,
     /// No frames recorded: too little stack left (invariant 2).
     no_room: bool,
+    /// Stacks unwound so far in this dump, for the next tasks parked the same way
+    /// (invariant 4).
+    layouts: Vec<Layout>,
+}
+
+/// The most layouts one worker remembers in one dump (a linear scan finds them).
+const MAX_LAYOUTS: usize = 64;
+
+/// A stack unwound once (invariant 4).
+struct Layout {
+    /// Root minus stack pointer, in the capturing frame.
+    depth: usize,
+    /// (offset below the root, return address found there).
+    checks: Box<[(usize, usize)]>,
+    ips: Box<[usize]>,
+}
+
+impl Layout {
+    /// Whether the stack whose root is `root` holds the same return addresses.
+    fn matches(&self, root: usize) -> bool {
+        self.checks.iter().all(|&(offset, ip)| {
+            // SAFETY: `offset` was measured on a stack suspended as deep as this one, at a
+            // canonical frame address above the capturing frame: `root - offset` lies between
+            // this task's stack pointer and its root, in frames of this task that are live
+            // (suspended callers), so the word is mapped, initialised and aligned.
+            let word = unsafe { (root.wrapping_sub(offset) as *const usize).read() };
+            word == ip
+        })
+    }
 }
 
 impl Capture {
@@ -73,6 +108,7 @@ impl Capture {
             ips: [0; MAX_FRAMES],
             len: 0,
             no_room: false,
+            layouts: Vec::new(),
         }
     }
 
@@ -109,9 +145,23 @@ pub(crate) fn record(capture: NonNull<Capture>, site: Option<&ParkSite>) {
         capture.no_room = true;
         return;
     }
+    let root = capture.base - 4096;
+    let depth = root.saturating_sub(sp);
+    if cfg!(target_arch = "x86_64") {
+        let known = capture
+            .layouts
+            .iter()
+            .find(|l| l.depth == depth && l.matches(root));
+        if let Some(layout) = known {
+            capture.ips[..layout.ips.len()].copy_from_slice(&layout.ips);
+            capture.len = layout.ips.len();
+            return;
+        }
+    }
     let (limit, base) = (capture.limit, capture.base);
     let mut len = 0;
     let ips = &mut capture.ips;
+    let mut cfas = [0usize; MAX_FRAMES];
     // SAFETY: `trace_unsynchronized` only asks that no other thread use the platform's
     // unwinder unsynchronised where it is not thread-safe (dbghelp on Windows); on Linux it is
     // libgcc's `_Unwind_Backtrace`, which is thread-safe. Invariant 2 leaves it room.
@@ -125,11 +175,40 @@ pub(crate) fn record(capture: NonNull<Capture>, site: Option<&ParkSite>) {
                 return false;
             }
             ips[len] = frame.ip() as usize;
+            cfas[len] = cfa;
             len += 1;
             true
         });
     }
     capture.len = len;
+    if cfg!(target_arch = "x86_64") && capture.layouts.len() < MAX_LAYOUTS {
+        // libgcc reports each frame's ip as the return address found just below the CFA it
+        // reports with it (the callee's). Only the words above this frame are checked: the
+        // frames below are this capture's own code, the same for every task.
+        let mut checks = Vec::new();
+        let mut consistent = true;
+        for k in 0..len {
+            let slot = cfas[k].wrapping_sub(8);
+            if cfas[k] == 0 || slot < sp || slot >= base {
+                continue;
+            }
+            // SAFETY: `slot` lies between this frame's stack pointer and the stack's top,
+            // in live frames of this task (the unwinder just walked them).
+            let word = unsafe { (slot as *const usize).read() };
+            if word != ips[k] {
+                consistent = false;
+                break;
+            }
+            checks.push((root.wrapping_sub(slot), word));
+        }
+        if consistent && !checks.is_empty() {
+            capture.layouts.push(Layout {
+                depth,
+                checks: checks.into(),
+                ips: capture.ips[..len].into(),
+            });
+        }
+    }
 }
 
 /// One task as its worker saw it.
