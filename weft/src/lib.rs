@@ -31,6 +31,7 @@
 //!   time (sleep, after, tick) ─┘
 //!   task (spawn, JoinHandle, Builder) ─┐
 //!   park (Waiter, park/wake protocol) ─┼─► sched (Runtime, workers, queues) ─► stack (slots, guards, overflow)
+//!   metrics (snapshot, stack profile: sums what sched and stack count; its counters call nothing)
 //! ```
 //!
 //! # Safety model
@@ -62,6 +63,8 @@ pub mod debug;
 #[cfg(loom)]
 #[path = "task/join.rs"]
 pub(crate) mod join;
+#[cfg(not(loom))]
+pub mod metrics;
 #[cfg(not(loom))]
 pub mod net;
 #[cfg(not(loom))]

@@ -1,6 +1,7 @@
 // The Go peer of weft's million example: N goroutines, each optionally using 8 or 64 KiB of
 // stack first, all parked on one channel; memory measured from /proc/self/status before the
-// spawn loop and once all are parked. Prints one JSON line with the same fields as weft's.
+// spawn loop, once all are parked, and again after -settle-ms (time for the scavenger to give
+// memory back). Prints one JSON line with the same fields as weft's.
 // Standard library only.
 package main
 
@@ -64,6 +65,7 @@ var sink atomic.Int64
 func main() {
 	n := flag.Int("tasks", 1000000, "goroutines")
 	mode := flag.String("mode", "idle", "idle, 8k or 64k")
+	settleMs := flag.Int("settle-ms", 1000, "milliseconds to wait once all are parked, then measure again")
 	flag.Parse()
 
 	gate := make(chan struct{})
@@ -90,11 +92,13 @@ func main() {
 		time.Sleep(time.Millisecond)
 	}
 	allParked := time.Since(start)
-	rss1, pte1, hwm := status()
+	rss1, pte1, _ := status()
+	time.Sleep(time.Duration(*settleMs) * time.Millisecond)
+	rss2, pte2, hwm := status()
 	close(gate)
 	wg.Wait()
 	per := func(a, b int64) float64 { return float64(b-a) / float64(*n) }
-	fmt.Printf("{\"tasks\":%d,\"mode\":%q,\"spawn_ms\":%.1f,\"spawn_loop_ms\":%.1f,\"rss_bytes_per_task\":%.0f,\"pte_bytes_per_task\":%.0f,\"peak_rss_bytes\":%d}\n",
+	fmt.Printf("{\"tasks\":%d,\"mode\":%q,\"spawn_ms\":%.1f,\"spawn_loop_ms\":%.1f,\"rss_bytes_per_task\":%.0f,\"pte_bytes_per_task\":%.0f,\"settle_ms\":%d,\"settled_rss_bytes_per_task\":%.0f,\"settled_pte_bytes_per_task\":%.0f,\"peak_rss_bytes\":%d}\n",
 		*n, *mode, float64(allParked.Microseconds())/1000, float64(loop.Microseconds())/1000,
-		per(rss0, rss1), per(pte0, pte1), hwm)
+		per(rss0, rss1), per(pte0, pte1), *settleMs, per(rss0, rss2), per(pte0, pte2), hwm)
 }

@@ -56,6 +56,11 @@ impl Pool {
         }
     }
 
+    /// Threads the pool has now, idle ones included (for `weft::metrics`).
+    pub(crate) fn threads(&self) -> usize {
+        self.lock().threads
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -39,6 +39,8 @@ pub(crate) mod io;
 #[cfg(not(loom))]
 mod monitor;
 #[cfg(not(loom))]
+pub(crate) mod stats;
+#[cfg(not(loom))]
 mod worker;
 
 #[cfg(not(loom))]

@@ -16,6 +16,7 @@
 
 use std::io;
 use std::panic::Location;
+use std::path::PathBuf;
 use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -25,7 +26,9 @@ use crossbeam_deque::{Injector, Stealer};
 
 use super::idle::SleepFlags;
 use super::monitor::Monitor;
+use super::stats::SiteClasses;
 use super::worker::{self, Worker};
+use crate::metrics::counters::{SiteCounts, WorkerCounters};
 use crate::stack::{self, SizeClass};
 use crate::task::{JoinHandle, Task};
 
@@ -43,6 +46,12 @@ pub(crate) struct Shared {
     pub(crate) blocking: Arc<super::blocking::Pool>,
     /// The monitor's deep sleep while every worker sleeps (monitor.rs, "Idle").
     pub(crate) monitor_rest: super::monitor::Rest,
+    /// Whether this runtime runs a monitor thread (for `weft::metrics`).
+    pub(crate) has_monitor: AtomicBool,
+    /// Stack sizes per spawn site from a profile (`RuntimeBuilder::stack_profile`).
+    pub(crate) site_classes: Option<SiteClasses>,
+    /// Where the stack profile is written back when the runtime drops.
+    pub(crate) profile_path: Option<PathBuf>,
 }
 
 /// What other threads may touch of one worker.
@@ -81,6 +90,11 @@ pub(crate) struct Remote {
     /// looks at the lock only when there is something.
     pub(crate) dump_requests: Mutex<Vec<crate::debug::DumpRequest>>,
     pub(crate) dump_pending: AtomicBool,
+    /// Spawns, starts, parks and wakes on this worker, for `weft::metrics` (written by the
+    /// worker only, metrics/counters.rs invariant 1).
+    pub(crate) counters: WorkerCounters,
+    /// Tasks started here per spawn site (same rule).
+    pub(crate) sites: SiteCounts,
     /// The I/O sources registered with `poller` (sched/io.rs). Declared after `poller`, so
     /// dropped after it (`Reactor::new`'s contract).
     pub(crate) io: super::io::Reactor,
@@ -226,6 +240,7 @@ pub struct RuntimeBuilder {
     monitor_report: Option<super::monitor::ReportHook>,
     max_threads: Option<usize>,
     sigquit: Option<crate::debug::SigquitAction>,
+    stack_profile: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -240,6 +255,7 @@ impl std::fmt::Debug for RuntimeBuilder {
             )
             .field("max_threads", &self.max_threads)
             .field("sigquit", &self.sigquit)
+            .field("stack_profile", &self.stack_profile)
             .finish()
     }
 }
@@ -296,10 +312,27 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Sizes the stacks of each spawn site from a stack profile file, and writes the profile
+    /// of this run back to it when the runtime drops (`weft::metrics::stack_profile`). A task
+    /// spawned with its own `task::Builder::stack_size` keeps it; a site the file does not
+    /// name gets the runtime's default. A missing file is a first run: nothing is sized from
+    /// it. Default: the path in `WEFT_STACK_PROFILE`, if set. With a profile, a spawn without
+    /// its own size looks its site up by line, then column and file; without one it costs
+    /// nothing.
+    ///
+    /// Each site's size is the profile's recommended one (its deepest sampled task × 1.5,
+    /// rounded up to a power of two): a later run whose tasks go deeper than any sampled one
+    /// went can overflow where the default would not. Keep the file under review like code.
+    pub fn stack_profile(mut self, path: impl Into<PathBuf>) -> Self {
+        self.stack_profile = Some(path.into());
+        self
+    }
+
     /// Starts the workers.
     ///
     /// # Errors
-    /// An invalid worker count or stack size, or a failure to start a thread or a poller.
+    /// An invalid worker count or stack size, a stack profile that cannot be read or parsed,
+    /// or a failure to start a thread or a poller.
     pub fn build(self) -> io::Result<Runtime> {
         let workers = match self.workers {
             Some(n) => n,
@@ -327,6 +360,13 @@ impl RuntimeBuilder {
         }
         let default_class =
             SizeClass::for_size(self.stack_size.unwrap_or(stack::DEFAULT_STACK_SIZE))?;
+        let profile_path = self
+            .stack_profile
+            .or_else(|| std::env::var_os("WEFT_STACK_PROFILE").map(PathBuf::from));
+        let site_classes = match &profile_path {
+            Some(path) => SiteClasses::load(path)?,
+            None => None,
+        };
         stack::install_handler();
         crate::debug::install_sigquit(crate::debug::action_from_env(self.sigquit)?)?;
 
@@ -353,6 +393,8 @@ impl RuntimeBuilder {
                     live: AtomicUsize::new(0),
                     dump_requests: Mutex::new(Vec::new()),
                     dump_pending: AtomicBool::new(false),
+                    counters: WorkerCounters::default(),
+                    sites: SiteCounts::default(),
                     io,
                 }))
             })
@@ -369,7 +411,11 @@ impl RuntimeBuilder {
                 max_threads - own_threads,
                 max_threads,
             )),
+            has_monitor: AtomicBool::new(false),
+            site_classes,
+            profile_path,
         });
+        super::stats::register(&shared);
         let mut threads = Vec::with_capacity(workers);
         for (index, local) in locals.into_iter().enumerate() {
             let worker_shared = shared.clone();
@@ -400,6 +446,7 @@ impl RuntimeBuilder {
                 .monitor_report
                 .unwrap_or_else(|| Arc::new(super::monitor::print_report));
             runtime.monitor = Some(Monitor::start(runtime.shared.clone(), threshold, report)?);
+            runtime.shared.has_monitor.store(true, Ordering::Relaxed);
         }
         Ok(runtime)
     }
@@ -525,6 +572,23 @@ impl Drop for Runtime {
             let _ = thread.join();
         }
         self.shared.cancel_injected();
+        self.shared.has_monitor.store(false, Ordering::Relaxed);
+        super::stats::retire(&self.shared);
+        if let Some(path) = &self.shared.profile_path {
+            let profile = crate::metrics::stack_profile();
+            let earlier = self
+                .shared
+                .site_classes
+                .as_ref()
+                .map_or(&[][..], |s| s.entries());
+            let merged = profile.merged_with(earlier);
+            if let Err(e) = merged.write_to(path) {
+                eprintln!(
+                    "weft: cannot write the stack profile {}: {e}",
+                    path.display()
+                );
+            }
+        }
         // Last: destructors of cancelled tasks may still call `spawn_blocking` (step 3).
         self.shared.blocking.shut_down();
     }

@@ -52,7 +52,9 @@ use corosensei::CoroutineResult;
 use crossbeam_deque::Steal;
 
 use super::runtime::{Handle, Remote, Shared};
+use super::stats::Sampler;
 use crate::debug::ParkSite;
+use crate::metrics::counters;
 use crate::park::ParkReason;
 use crate::stack::{self, LocalSlots, SizeClass, Slot};
 use crate::task::{Cancelled, Header, Resume, RunState, Suspend, Task, TaskCoroutine};
@@ -289,11 +291,14 @@ pub(crate) fn schedule_woken(task: Task) {
         .home()
         .expect("weft: woke a task that never started");
     if let Some(worker) = current_worker() {
+        worker.remote.counters.woke();
         // Compared by address: no reference count is touched on this, the ping-pong path.
         if Arc::ptr_eq(&worker.remote, home) {
             worker.push_ready_from(task);
             return;
         }
+    } else {
+        counters::OFF_WORKER.woke();
     }
     let home = home.clone();
     home.push_woken(task);
@@ -314,6 +319,7 @@ pub(crate) fn cancel_unstarted(task: &Task) {
     let state = unsafe { task.header().run_state() };
     if let RunState::New { .. } = state {
         *state = RunState::Done;
+        counters::OFF_WORKER.cancelled_unstarted();
         task.cancel();
     }
 }
@@ -374,10 +380,18 @@ pub(crate) enum Spawner<'a> {
 }
 
 impl Spawner<'_> {
-    pub(crate) fn default_class(&self) -> SizeClass {
-        match self {
-            Spawner::Worker(w) => w.shared.default_class,
-            Spawner::Handle(h) => h.shared.default_class,
+    /// The stack size of a task spawned at `site` without one of its own: the runtime's
+    /// stack profile's for that site if it has one (`RuntimeBuilder::stack_profile`), else
+    /// the runtime's default.
+    #[inline]
+    pub(crate) fn class_for(&self, site: &'static Location<'static>) -> SizeClass {
+        let shared = match self {
+            Spawner::Worker(w) => &w.shared,
+            Spawner::Handle(h) => &h.shared,
+        };
+        match &shared.site_classes {
+            Some(sites) => sites.class_for(site).unwrap_or(shared.default_class),
+            None => shared.default_class,
         }
     }
 
@@ -398,6 +412,7 @@ impl Spawner<'_> {
                     cancel_unstarted(&task);
                     return;
                 }
+                w.remote.counters.spawned();
                 if let Some(other) = w.less_loaded_worker() {
                     // sched/mod.rs invariant 1 holds: the task has not started. A worker
                     // that closed meanwhile (shutdown) hands it back: cancel it.
@@ -409,7 +424,10 @@ impl Spawner<'_> {
                 w.new_tasks.push(task);
                 w.shared.wake_idle_worker(Some(w.index));
             }
-            Spawner::Handle(h) => h.submit(task),
+            Spawner::Handle(h) => {
+                counters::OFF_WORKER.spawned();
+                h.submit(task);
+            }
         }
     }
 }
@@ -486,6 +504,8 @@ pub(crate) struct Worker {
     /// this VM, a fifth of a ping-pong round trip). A park's time may read early by up to
     /// that many task runs.
     clock: Cell<Instant>,
+    /// Which live tasks have their stack depth sampled (stats.rs).
+    sampler: Sampler,
 }
 
 impl Worker {
@@ -511,6 +531,7 @@ impl Worker {
             spin_misses: Cell::new(0),
             named_running: Cell::new(false),
             clock: Cell::new(Instant::now()),
+            sampler: Sampler::default(),
         }
     }
 
@@ -887,6 +908,7 @@ impl Worker {
             CoroutineResult::Yield(Suspend::Park) => {
                 // park/state.rs invariant 2: published only now, off the task's stack.
                 if header.park.publish_parked() {
+                    remote.counters.parked();
                     task.into_parked(); // task/mod.rs invariant 4
                 } else {
                     self.ready.borrow_mut().push_back(task);
@@ -954,6 +976,12 @@ impl Worker {
         let RunState::New { slot } = std::mem::replace(state, RunState::Done) else {
             unreachable!("start of a task that is not new");
         };
+        let remote = &self.remote;
+        remote.counters.started();
+        if Sampler::wants(remote.sites.count(task.header().spawn_site)) {
+            // The live entry this task is about to get (stats.rs invariant 2).
+            self.sampler.start(self.live.borrow().vacant_key(), &slot);
+        }
         let coroutine = TaskCoroutine::with_stack(slot, move |yielder, _first: Resume| {
             // The body runs on the task's stack; park finds its yielder through the header.
             let worker = current_worker().expect("weft: task started off its worker");
@@ -988,7 +1016,9 @@ impl Worker {
         let RunState::Started { coroutine, live } = std::mem::replace(state, RunState::Done) else {
             unreachable!("finish of a task that did not start");
         };
-        self.slots.borrow_mut().put(coroutine.into_stack());
+        let slot = coroutine.into_stack();
+        self.sampler.finish(live, task.header().spawn_site, &slot);
+        self.slots.borrow_mut().put(slot);
         let removed = self.live.borrow_mut().try_remove(live);
         self.set_live_count(-1);
         debug_assert!(removed.is_some_and(|t| t.ptr_eq(task)));

@@ -22,7 +22,8 @@
 //!    running coroutine. Dropping it returns it to its class's pool.
 //! 2. A slot in a pool holds no live frames; its pages may still be committed ("warm").
 //!
-//! May call: `region.rs`, libc. Called by: `task` (spawn), `sched` (worker caches).
+//! May call: `region.rs`, libc. Called by: `task` (spawn), `sched` (worker caches, the stack
+//! depth samples of `weft::metrics`), `metrics` (`usage`).
 //!
 //! # The default size: 256 KiB
 //! An overflow aborts the whole process, so the default is chosen for the user's safety, not
@@ -152,6 +153,71 @@ impl Slot {
     pub fn start(&self) -> usize {
         self.start
     }
+}
+
+impl Slot {
+    /// Gives every page of the slot back to the kernel, for a task whose stack depth
+    /// `weft::metrics` samples: afterwards the resident pages are the next task's alone
+    /// ([`Slot::resident_depth`]). The slot must hold no live frames (invariant 2).
+    pub(crate) fn release_pages(&self) {
+        region::release_slots(&[self.start], self.size());
+    }
+
+    /// Bytes from the top of the slot down to its lowest resident page: the deepest the
+    /// stacks run on it since its pages were last released reached, rounded up to a page.
+    pub(crate) fn resident_depth(&self) -> usize {
+        let page = region::page_size();
+        region::lowest_resident_page(self.start + page, self.size() - page)
+            .map_or(0, |low| self.start + self.size() - low)
+    }
+}
+
+/// The slots of one size class, for `weft::metrics`.
+#[derive(Debug, Clone)]
+pub(crate) struct ClassUsage {
+    /// The slot size, guard page included.
+    pub(crate) slot_bytes: usize,
+    /// The class's regions as `(start, len, carved_end)`: slots were carved from
+    /// `[start, carved_end)` so far.
+    pub(crate) regions: Vec<(usize, usize, usize)>,
+    /// Slots carved so far.
+    pub(crate) carved_slots: usize,
+}
+
+/// Every size class that has slots, with the ranges carved from its regions.
+pub(crate) fn usage() -> Vec<ClassUsage> {
+    let Some(pools) = POOLS.get() else {
+        return Vec::new();
+    };
+    let regions = region::regions();
+    let mut out = Vec::new();
+    for pool in pools {
+        let next = pool.inner.lock().unwrap_or_else(|e| e.into_inner()).next;
+        let size = pool.class.bytes();
+        let mut usage = ClassUsage {
+            slot_bytes: size,
+            regions: Vec::new(),
+            carved_slots: 0,
+        };
+        for &(start, len, slot_size) in &regions {
+            if slot_size != size {
+                continue;
+            }
+            // The current region is carved up to `next`; earlier ones were carved whole
+            // before the next was reserved (`SlotPool::carve`).
+            let end = if (start..=start + len).contains(&next) {
+                next
+            } else {
+                start + len / size * size
+            };
+            usage.regions.push((start, len, end));
+            usage.carved_slots += (end - start) / size;
+        }
+        if !usage.regions.is_empty() {
+            out.push(usage);
+        }
+    }
+    out
 }
 
 impl Drop for Slot {

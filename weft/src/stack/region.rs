@@ -118,6 +118,47 @@ pub(crate) fn guard_page_of(addr: usize) -> Option<(usize, usize)> {
     None
 }
 
+/// The published regions as `(start, len, slot_size)`, for `weft::metrics` (invariant 1: the
+/// table only grows).
+pub(crate) fn regions() -> Vec<(usize, usize, usize)> {
+    // Acquire: pairs with the Release store in `reserve`.
+    let count = REGION_COUNT.load(Ordering::Acquire);
+    REGIONS[..count]
+        .iter()
+        .map(|entry| {
+            (
+                entry.start.load(Ordering::Relaxed),
+                entry.len.load(Ordering::Relaxed),
+                entry.slot_size.load(Ordering::Relaxed),
+            )
+        })
+        .collect()
+}
+
+/// The lowest resident page of `[start, start + len)`, by `mincore(2)`, if any; the range
+/// must lie inside one region and be page-aligned. Asks for 512 pages at a time into a buffer
+/// on this stack: no allocation on the worker (see `process_madvise`).
+pub(crate) fn lowest_resident_page(start: usize, len: usize) -> Option<usize> {
+    let page = page_size();
+    let mut vec = [0u8; 512];
+    let mut at = start;
+    while at < start + len {
+        let chunk = (start + len - at).min(vec.len() * page);
+        // SAFETY: `vec` has a byte for each of the ≤ 512 pages of `[at, at + chunk)` for the
+        // kernel to fill; mincore only reads the page tables of that range, which is mapped
+        // (a region, invariant 1).
+        let rc = unsafe { libc::mincore(at as *mut libc::c_void, chunk, vec.as_mut_ptr()) };
+        if rc != 0 {
+            return None;
+        }
+        if let Some(i) = vec[..chunk / page].iter().position(|v| v & 1 != 0) {
+            return Some(at + i * page);
+        }
+        at += chunk;
+    }
+    None
+}
+
 /// The page size without touching a `OnceLock` (which a signal handler must not initialise).
 fn page_size_for_signal() -> usize {
     static CACHED: AtomicUsize = AtomicUsize::new(0);

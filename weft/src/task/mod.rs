@@ -490,7 +490,7 @@ impl Builder {
         sched::with_spawner(spawn_site, target, |spawner| {
             let class = match self.stack_size {
                 Some(bytes) => SizeClass::for_size(bytes)?,
-                None => spawner.default_class(),
+                None => spawner.class_for(spawn_site),
             };
             let slot = spawner.take_slot(class)?;
             let header = Header {

@@ -1,8 +1,11 @@
 //! Helpers shared by the integration tests: bounded waits, so that a regression fails a test
-//! instead of hanging CI, and a quiet panic hook for tests that panic on purpose.
+//! instead of hanging CI, a quiet panic hook for tests that panic on purpose, and the metrics
+//! tests' watchdog and stack user.
 
 #![allow(dead_code)] // each test binary uses some of them
 
+use std::hint::black_box;
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
 
 /// Joins `handle` from a helper thread; panics if it takes longer than `limit`.
@@ -48,4 +51,28 @@ pub fn quiet_panics() {
             }
         }));
     });
+}
+
+/// Aborts the test binary with a message if the returned sender is neither used nor dropped
+/// within `secs` seconds: a hung test fails instead of hanging CI.
+pub fn watchdog(what: &'static str, secs: u64) -> mpsc::Sender<()> {
+    let (done, wait) = mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if let Err(RecvTimeoutError::Timeout) = wait.recv_timeout(Duration::from_secs(secs)) {
+            eprintln!("{what}: timed out after {secs} s");
+            std::process::abort();
+        }
+    });
+    done
+}
+
+/// Really uses `N` bytes of stack: the array is written and read through `black_box`.
+#[inline(never)]
+pub fn use_stack<const N: usize>() -> u8 {
+    let mut buf = [0u8; N];
+    black_box(&mut buf);
+    for i in (0..N).step_by(512) {
+        buf[i] = i as u8;
+    }
+    black_box(&buf)[N - 1]
 }
