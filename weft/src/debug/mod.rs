@@ -35,6 +35,7 @@
 //! every goroutine, which weft's per-worker ownership makes unnecessary.
 
 mod capture;
+mod http;
 mod render;
 mod signal;
 mod symbolize;
@@ -42,6 +43,7 @@ mod symbolize;
 pub(crate) use capture::{
     answer, answer_started, record, Capture, DumpRequest, ParkSite, WorkerDumpBuilder,
 };
+pub use http::{serve, DebugServer, MAX_REQUEST};
 pub(crate) use signal::action_from_env;
 pub use signal::{install_sigquit, SigquitAction};
 

@@ -276,7 +276,10 @@ mod tests {
     #[test]
     fn the_recommendation_is_the_deepest_stack_with_a_margin_as_a_power_of_two() {
         assert_eq!(recommend(0, 4096), MIN_STACK_SIZE as u64);
-        assert_eq!(recommend(4 << 10, 4096), (MIN_STACK_SIZE as u64).max(16 << 10));
+        assert_eq!(
+            recommend(4 << 10, 4096),
+            (MIN_STACK_SIZE as u64).max(16 << 10)
+        );
         assert_eq!(recommend(8 << 10, 4096), 32 << 10);
         assert_eq!(recommend(12 << 10, 4096), 32 << 10);
         assert_eq!(recommend(40 << 10, 4096), 128 << 10);

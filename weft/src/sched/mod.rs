@@ -28,6 +28,8 @@
 //! new work flowing to every core.
 
 #[cfg(not(loom))]
+pub(crate) mod activity;
+#[cfg(not(loom))]
 pub(crate) mod blocking;
 #[cfg(not(loom))]
 pub mod coop;

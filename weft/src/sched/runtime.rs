@@ -47,6 +47,8 @@ pub(crate) struct Shared {
     /// The monitor's deep sleep while every worker sleeps (monitor.rs, "Idle").
     pub(crate) monitor_rest: super::monitor::Rest,
     /// Whether this runtime runs a monitor thread (for `weft::metrics`).
+    /// Stuck workers the monitor has seen, reported or not (its thread alone writes).
+    pub(crate) monitor_warnings: AtomicU64,
     pub(crate) has_monitor: AtomicBool,
     /// Stack sizes per spawn site from a profile (`RuntimeBuilder::stack_profile`).
     pub(crate) site_classes: Option<SiteClasses>,
@@ -90,6 +92,8 @@ pub(crate) struct Remote {
     /// looks at the lock only when there is something.
     pub(crate) dump_requests: Mutex<Vec<crate::debug::DumpRequest>>,
     pub(crate) dump_pending: AtomicBool,
+    /// Steals and busy time, for the debug endpoint (activity.rs).
+    pub(crate) activity: super::activity::WorkerActivity,
     /// Spawns, starts, parks and wakes on this worker, for `weft::metrics` (written by the
     /// worker only, metrics/counters.rs invariant 1).
     pub(crate) counters: WorkerCounters,
@@ -393,6 +397,7 @@ impl RuntimeBuilder {
                     live: AtomicUsize::new(0),
                     dump_requests: Mutex::new(Vec::new()),
                     dump_pending: AtomicBool::new(false),
+                    activity: Default::default(),
                     counters: WorkerCounters::default(),
                     sites: SiteCounts::default(),
                     io,
@@ -412,6 +417,7 @@ impl RuntimeBuilder {
                 max_threads,
             )),
             has_monitor: AtomicBool::new(false),
+            monitor_warnings: AtomicU64::new(0),
             site_classes,
             profile_path,
         });

@@ -547,6 +547,7 @@ impl Worker {
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
         self.remote.tid.store(tid, Ordering::Relaxed);
+        self.remote.activity.start();
         WORKER.with(|w| w.set(&self));
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             self.main_loop();
@@ -701,11 +702,15 @@ impl Worker {
             }
             // Placed there by a spawn, not yet taken by that worker (it may be busy).
             if let Some(task) = self.shared.remotes[victim].take_placed() {
+                self.remote.activity.stole();
                 return Some(task);
             }
             loop {
                 match stealers[victim].steal_batch_and_pop(&self.new_tasks) {
-                    Steal::Success(task) => return Some(task),
+                    Steal::Success(task) => {
+                        self.remote.activity.stole();
+                        return Some(task);
+                    }
                     Steal::Empty => break,
                     Steal::Retry => {}
                 }
@@ -789,6 +794,7 @@ impl Worker {
                 }
             }
             self.shared.spinning.fetch_sub(1, Ordering::SeqCst);
+            self.remote.activity.idled(start.elapsed());
             if found {
                 self.spin_misses.set(0);
                 return;
@@ -820,6 +826,7 @@ impl Worker {
                 // Woken early by a notify (not by the timeout: timers alone never justify
                 // spinning) soon after sleeping.
                 let slept = slept.elapsed();
+                self.remote.activity.idled(slept);
                 let notified = timeout.is_none_or(|t| slept + Duration::from_micros(10) < t);
                 if notified && slept < SPIN {
                     self.spin_misses.set(0);
