@@ -3,23 +3,9 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::SocketAddr;
 use std::time::Duration;
 
-/// GETs `path` from `addr` with a plain std socket; returns (status line, body).
-pub fn get(addr: SocketAddr, path: &str) -> (String, String) {
-    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").expect("no header end");
-    let status = head.lines().next().unwrap().to_string();
-    (status, body.to_string())
-}
+use common::http_get as get;
 
 fn prometheus_value(scrape: &prometheus_parse::Scrape, metric: &str) -> Option<f64> {
     scrape

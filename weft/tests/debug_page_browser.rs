@@ -4,8 +4,7 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::SocketAddr;
+use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -21,20 +20,6 @@ fn chromium() -> Option<String> {
                 .is_ok_and(|s| s.success())
         })
         .map(str::to_string)
-}
-
-fn get(addr: SocketAddr, path: &str) -> String {
-    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap()
 }
 
 /// Runs `command`, killing it after `limit`; returns its stdout.
@@ -120,7 +105,7 @@ fn the_page_in_headless_chromium_shows_the_task_count_of_metrics() {
         let mut dump = headless(&browser, &url);
         dump.arg("--dump-dom");
         let dom = run_bounded(dump, Duration::from_secs(60));
-        let metrics = get(addr, "/metrics");
+        let (_, metrics) = common::http_get(addr, "/metrics");
         let shown = dom_number(&dom, "tasks").unwrap_or_else(|| panic!("no task count:\n{dom}"));
         let samples = dom_number(&dom, "samples").unwrap_or(0);
         let reported = metric(&metrics, "weft_tasks").expect("weft_tasks missing");

@@ -76,3 +76,19 @@ pub fn use_stack<const N: usize>() -> u8 {
     }
     black_box(&buf)[N - 1]
 }
+
+/// GETs `path` from `addr` with a plain std socket (HTTP/1.1, the server closes); returns
+/// the status line and the body.
+pub fn http_get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").expect("no header end");
+    let status = head.lines().next().unwrap_or("").to_string();
+    (status, body.to_string())
+}
