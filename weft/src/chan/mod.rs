@@ -72,8 +72,10 @@ pub(crate) fn timer_receiver<T>(
     }
 }
 
-/// Parks the caller (task or thread) until woken or `deadline`, for `reason`.
-#[inline]
+/// Parks the caller (task or thread) until woken or `deadline`, for `reason`. Always inlined
+/// into `park_send` and `park_recv`, as it was into the one caller it had before reasons: an
+/// out-of-line call here cost the ping-pong path a call and its spills (callgrind).
+#[inline(always)]
 fn park(deadline: Option<Instant>, reason: crate::park::ParkReason) {
     match deadline {
         Some(deadline) => crate::park::park_current_until(deadline, reason),

@@ -1,5 +1,5 @@
 //! The capture of one worker's tasks for a dump: what a task records about itself when its
-//! worker resumes it with `Resume::Capture`, and the worker's answer.
+//! worker resumes it with its `Header::capture` set, and the worker's answer.
 //!
 //! Owns: [`Capture`] (one per answering worker, written by each captured task in turn, on the
 //! worker's thread), [`WorkerDump`] (the answer, sent to the requester), and the request and
@@ -7,7 +7,7 @@
 //!
 //! Invariants:
 //! 1. A capture is written only by the task the worker resumed with it, between that resume
-//!    and the task's `Suspend::Captured`; the worker reads it only after (sched/worker.rs,
+//!    and the task's next suspend; the worker reads it only after (sched/worker.rs,
 //!    "Capturing a parked task" step 2).
 //! 2. A task records frames only while [`CAPTURE_RESERVE`] bytes of its stack remain free: the
 //!    unwinder's frames must fit above the guard page, or the capture would overflow a task
@@ -45,11 +45,37 @@ pub(crate) const MAX_FRAMES: usize = 48;
 /// unwinder's state and frames take a few KiB; slots are at least 32 KiB.
 pub(crate) const CAPTURE_RESERVE: usize = 12 * 1024;
 
-/// What a parked task's parking frame holds for a dump: why it waits and since when.
-pub(crate) struct ParkSite {
-    pub(crate) reason: ParkReason,
-    /// The worker's coarse clock at the park (sched/worker.rs, `Worker::clock`).
-    pub(crate) since: Instant,
+/// What a parked task's parking frame holds for a dump: why it waits and since when, in one
+/// word (one store per park): the worker's coarse clock at the park (sched/worker.rs,
+/// `Worker::clock`, nanoseconds since [`clock_epoch`]) above 8 bits of `ParkReason`.
+pub(crate) struct ParkSite(u64);
+
+impl ParkSite {
+    #[inline]
+    pub(crate) fn new(reason: ParkReason, clock: u64) -> ParkSite {
+        ParkSite(clock << 8 | reason as u64)
+    }
+
+    fn reason(&self) -> ParkReason {
+        ParkReason::ALL[(self.0 & 0xff) as usize % ParkReason::ALL.len()]
+    }
+
+    fn since(&self) -> Instant {
+        clock_epoch() + std::time::Duration::from_nanos(self.0 >> 8)
+    }
+}
+
+/// The zero of the workers' coarse clocks.
+fn clock_epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// The time now on the workers' coarse clock (read by a worker when it refreshes its own):
+/// nanoseconds since `clock_epoch`, which fit the 56 bits of a `ParkSite` for 2 years.
+pub(crate) fn clock_now() -> u64 {
+    let nanos = clock_epoch().elapsed().as_nanos();
+    nanos.min((1u128 << 56) - 1) as u64
 }
 
 /// One task's record, written by the task itself (invariant 1).
@@ -138,8 +164,8 @@ pub(crate) fn record(capture: NonNull<Capture>, site: Option<&ParkSite>) {
     let sp = std::ptr::addr_of!(here) as usize;
     capture.in_use = capture.base.saturating_sub(4096).saturating_sub(sp);
     if let Some(site) = site {
-        capture.reason = Some(site.reason);
-        capture.since = Some(site.since);
+        capture.reason = Some(site.reason());
+        capture.since = Some(site.since());
     }
     if sp.saturating_sub(capture.limit) < CAPTURE_RESERVE {
         capture.no_room = true;

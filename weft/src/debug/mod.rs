@@ -41,7 +41,7 @@ mod signal;
 mod symbolize;
 
 pub(crate) use capture::{
-    answer, answer_started, record, Capture, DumpRequest, ParkSite, WorkerDumpBuilder,
+    answer, answer_started, clock_now, record, Capture, DumpRequest, ParkSite, WorkerDumpBuilder,
 };
 pub use http::{serve, DebugServer, MAX_REQUEST};
 pub(crate) use signal::action_from_env;

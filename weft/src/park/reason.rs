@@ -20,6 +20,7 @@ use std::fmt;
 /// What a parked task waits for, as shown by [`crate::debug::dump`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
+#[repr(u8)]
 pub enum ParkReason {
     /// `Receiver::recv` and its timed forms, on a channel that is empty.
     ChanRecv,
@@ -132,6 +133,13 @@ impl fmt::Display for ParkReason {
 #[cfg(test)]
 mod tests {
     use super::ParkReason;
+
+    #[test]
+    fn all_lists_every_reason_at_its_own_discriminant() {
+        for (i, reason) in ParkReason::ALL.iter().enumerate() {
+            assert_eq!(*reason as usize, i, "{reason}");
+        }
+    }
 
     #[test]
     fn every_reason_has_its_own_label() {

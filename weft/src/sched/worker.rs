@@ -23,18 +23,18 @@
 //! dump request goes to every worker (`Remote::request_dump`, a flag and a notify, like a wake);
 //! the worker answers it between tasks (`answer_dump`), where every task in its live list is
 //! switched out, either parked or in a ready queue:
-//! 1. The worker takes a snapshot of the task's park state (PARKED or not), then resumes its
-//!    coroutine with `Resume::Capture` instead of `Resume::Run`.
+//! 1. The worker takes a snapshot of the task's park state (PARKED or not), sets the task's
+//!    `Header::capture` to its capture buffer, resumes the coroutine, and clears it again.
 //! 2. The task is inside `suspend` (a park or a yield): it sees the capture, records its
 //!    instruction pointers, stack pointer and — for a park — the `ParkReason` and park time
-//!    its parking frame holds (`debug::record`), and suspends again with `Suspend::Captured`.
+//!    its parking frame holds (`debug::record`), and suspends again with the same `Suspend`.
 //!    It does not return from `suspend`, so `ParkState::resumed`, the cancellation check and
 //!    the caller's re-check never run: the wake is invisible to it.
-//! 3. The worker does not call `publish_parked` after a `Captured`: the park state was never
+//! 3. The worker does not call `publish_parked` after a capture: the park state was never
 //!    touched, so a PARKED task is still PARKED (its parked reference, task/mod.rs invariant 4,
 //!    still held by the park state), and a task an `unpark` moved to NOTIFIED meanwhile — from
 //!    another thread, since this one is busy — was queued by that `unpark` as usual and runs
-//!    later with `Resume::Run`.
+//!    later with an ordinary resume.
 //!
 //! A task that blocks its thread while panicking ("Parking while panicking") holds its worker,
 //! so the worker cannot answer: the dump reports that worker's running task from its `Remote`
@@ -57,7 +57,7 @@ use crate::debug::ParkSite;
 use crate::metrics::counters;
 use crate::park::ParkReason;
 use crate::stack::{self, LocalSlots, SizeClass, Slot};
-use crate::task::{Cancelled, Header, Resume, RunState, Suspend, Task, TaskCoroutine};
+use crate::task::{Cancelled, Header, RunState, Suspend, Task, TaskCoroutine};
 
 /// How long an idle worker keeps looking for work before it sleeps.
 const SPIN: Duration = Duration::from_micros(50);
@@ -142,10 +142,26 @@ fn suspend(header: &Header, reason: Suspend, site: Option<&ParkSite>) {
     // SAFETY: `header` is the running task's (callers got it from `current_header`), and its
     // yielder lives at the root of this task's stack, the stack we run on now.
     let yielder = unsafe { &*yielder };
-    let mut resume = yielder.suspend(reason);
-    while let Resume::Capture(capture) = resume {
+    yielder.suspend(reason);
+    // One load of a header line the park already touched, on every resume.
+    if header.capture.get().is_some() {
+        answer_captures(header, yielder, reason, site);
+    }
+}
+
+/// "Capturing a parked task" step 2: records, then switches out again, as long as the worker
+/// resumes this task for captures; returns at the first resume to run.
+#[cold]
+#[inline(never)]
+fn answer_captures(
+    header: &Header,
+    yielder: &corosensei::Yielder<(), Suspend>,
+    reason: Suspend,
+    site: Option<&ParkSite>,
+) {
+    while let Some(capture) = header.capture.get() {
         crate::debug::record(capture, site);
-        resume = yielder.suspend(Suspend::Captured);
+        yielder.suspend(reason);
     }
 }
 
@@ -170,10 +186,7 @@ pub(crate) fn park_current_task(reason: ParkReason) -> bool {
 fn park_task(worker: &Worker, header: &Header, deadline: Option<Instant>, reason: ParkReason) {
     // Kept in this frame for a dump to read ("Capturing a parked task"); the clock is the
     // worker's coarse one (`Worker::clock`), not a clock read per park.
-    let site = ParkSite {
-        reason,
-        since: worker.clock.get(),
-    };
+    let site = ParkSite::new(reason, worker.clock.get());
     // Whether this task is unwinding, for the checks after it resumes: only now is the
     // thread's panic state surely its own ("Parking while panicking").
     let panicking = std::thread::panicking();
@@ -503,7 +516,7 @@ pub(crate) struct Worker {
     /// `INJECTOR_INTERVAL` picks, so a park costs a load instead of a clock read (≈25–40 ns in
     /// this VM, a fifth of a ping-pong round trip). A park's time may read early by up to
     /// that many task runs.
-    clock: Cell<Instant>,
+    clock: Cell<u64>,
     /// Which live tasks have their stack depth sampled (stats.rs).
     sampler: Sampler,
 }
@@ -530,7 +543,7 @@ impl Worker {
             timer_seq: Cell::new(0),
             spin_misses: Cell::new(0),
             named_running: Cell::new(false),
-            clock: Cell::new(Instant::now()),
+            clock: Cell::new(crate::debug::clock_now()),
             sampler: Sampler::default(),
         }
     }
@@ -623,7 +636,7 @@ impl Worker {
     #[inline(never)]
     fn next_task_from_queues(&self, tick: u32) -> Option<Task> {
         if tick % INJECTOR_INTERVAL == 0 {
-            self.clock.set(Instant::now());
+            self.clock.set(crate::debug::clock_now());
             self.fire_timers();
             self.poll_io();
             if let Some(task) = self.steal_from_injector() {
@@ -834,7 +847,7 @@ impl Worker {
             }
         }
         self.remote.flags.end_sleep();
-        self.clock.set(Instant::now());
+        self.clock.set(crate::debug::clock_now());
         // monitor.rs "Idle" step 2.
         self.shared.monitor_rest.worker_awake();
     }
@@ -900,7 +913,7 @@ impl Worker {
             self.named_running.set(header.name.is_some());
         }
         super::coop::reset(); // coop.rs invariant 1
-        let result = coroutine.resume(Resume::Run);
+        let result = coroutine.resume(());
         remote.running_id.store(0, Ordering::Relaxed);
         stack::set_running(None);
         self.current.set(None);
@@ -926,9 +939,6 @@ impl Worker {
                 if let Some(joiner) = joiner {
                     joiner.wake();
                 }
-            }
-            CoroutineResult::Yield(Suspend::Captured) => {
-                unreachable!("weft: a task answered a capture no one asked for")
             }
         }
     }
@@ -961,10 +971,12 @@ impl Worker {
             stack::set_running(Some(
                 header as *const Header as *const dyn stack::DescribeTask,
             ));
-            let result = coroutine.resume(Resume::Capture(NonNull::from(&mut *capture)));
+            header.capture.set(Some(NonNull::from(&mut *capture)));
+            let result = coroutine.resume(());
+            header.capture.set(None);
             stack::set_running(None);
             // Step 3: no `publish_parked`, no requeue: the park state is as the task left it.
-            if !matches!(result, CoroutineResult::Yield(Suspend::Captured)) {
+            if !matches!(result, CoroutineResult::Yield(_)) {
                 eprintln!(
                     "weft: worker {}: task {} did not answer a capture",
                     self.index, header.id
@@ -989,7 +1001,7 @@ impl Worker {
             // The live entry this task is about to get (stats.rs invariant 2).
             self.sampler.start(self.live.borrow().vacant_key(), &slot);
         }
-        let coroutine = TaskCoroutine::with_stack(slot, move |yielder, _first: Resume| {
+        let coroutine = TaskCoroutine::with_stack(slot, move |yielder, ()| {
             // The body runs on the task's stack; park finds its yielder through the header.
             let worker = current_worker().expect("weft: task started off its worker");
             let header = worker

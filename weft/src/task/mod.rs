@@ -10,7 +10,7 @@
 //! | `park`       | anyone, through the protocol in `park/state.rs`                      |
 //! | `home`       | written once by the first worker to run the task, before the task runs; read by wakers only after they saw the task PARKED (invariant 2) |
 //! | `run`        | the task's worker only (invariant 1)                                  |
-//! | `yielder`, `cancelling`, `unwinding` | the task's worker and the task itself, on that worker's thread |
+//! | `yielder`, `cancelling`, `unwinding`, `capture` | the task's worker and the task itself, on that worker's thread |
 //!
 //! Invariants:
 //! 1. A task that has started runs on one OS thread for its whole life: its coroutine is
@@ -67,24 +67,11 @@ pub(crate) enum Suspend {
     Yield,
     /// `park`: it waits for an `unpark`.
     Park,
-    /// It recorded what a dump asked for and waits again, as before the dump resumed it
-    /// (sched/worker.rs, "Capturing a parked task").
-    Captured,
 }
 
-/// Why a worker resumes a task.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Resume {
-    /// Run it: it was woken, yielded, or starts.
-    Run,
-    /// Record where it waits into this capture, then suspend with [`Suspend::Captured`]
-    /// without touching its park state (sched/worker.rs, "Capturing a parked task").
-    Capture(NonNull<crate::debug::Capture>),
-}
-
-/// The coroutine a started task runs in: resumed with a [`Resume`], suspends with a
-/// [`Suspend`], and returns the joiner to wake once it has fully finished.
-pub(crate) type TaskCoroutine = Coroutine<Resume, Suspend, Option<Waiter>, Slot>;
+/// The coroutine a started task runs in: resumed with `()`, suspends with a [`Suspend`], and
+/// returns the joiner to wake once it has fully finished.
+pub(crate) type TaskCoroutine = Coroutine<(), Suspend, Option<Waiter>, Slot>;
 
 /// Where a task is in its life (invariant 1).
 pub(crate) enum RunState {
@@ -112,7 +99,10 @@ pub(crate) struct Header {
     pub(crate) class: SizeClass,
     home: UnsafeCell<Option<Arc<Remote>>>,
     run: UnsafeCell<RunState>,
-    pub(crate) yielder: Cell<*const Yielder<Resume, Suspend>>,
+    pub(crate) yielder: Cell<*const Yielder<(), Suspend>>,
+    /// Set by the task's worker around a resume that asks the task to record where it waits
+    /// instead of running (sched/worker.rs, "Capturing a parked task").
+    pub(crate) capture: Cell<Option<NonNull<crate::debug::Capture>>>,
     pub(crate) cancelling: Cell<bool>,
     /// The task was unwinding when it last parked (sched/worker.rs, "Parking while
     /// panicking").
@@ -505,6 +495,7 @@ impl Builder {
                 home: UnsafeCell::new(None),
                 run: UnsafeCell::new(RunState::New { slot }),
                 yielder: Cell::new(std::ptr::null()),
+                capture: Cell::new(None),
                 cancelling: Cell::new(false),
                 unwinding: Cell::new(false),
             };
