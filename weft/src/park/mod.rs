@@ -12,11 +12,9 @@
 //!
 //! May call: `task`, `sched`. Called by: `task::join`, and later `sync`, `chan`, `time`, `net`.
 
-#[cfg(not(loom))]
 mod reason;
 pub(crate) mod state;
 
-#[cfg(not(loom))]
 pub use reason::ParkReason;
 
 #[cfg(not(loom))]
@@ -89,7 +87,8 @@ impl Waiter {
     }
 }
 
+/// Under loom the reason is not kept: no dump runs there.
 #[cfg(loom)]
-pub(crate) fn park_current() {
+pub(crate) fn park_current(_reason: ParkReason) {
     loom::thread::park();
 }
