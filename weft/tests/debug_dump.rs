@@ -545,3 +545,44 @@ fn sigquit_prints_the_grouped_dump_and_exits() {
     );
     assert!(stderr.contains("wait_chan_recv"), "{stderr}");
 }
+
+/// Parks with `N` bytes of this task's stack in use.
+#[inline(never)]
+fn park_deep<const N: usize>(rx: &weft::chan::Receiver<()>) {
+    let mut buf = [7u8; N];
+    std::hint::black_box(&mut buf);
+    let _ = rx.recv();
+    std::hint::black_box(&buf);
+}
+
+#[test]
+fn a_task_parked_with_a_nearly_full_stack_is_dumped_without_walking_it() {
+    common::within(Duration::from_secs(60), || {
+        let rt = weft::Runtime::builder().workers(1).build().unwrap();
+        let (tx, rx) = weft::chan::bounded::<()>(0);
+        let deep = weft::task::Builder::new()
+            .stack_size(32 * 1024)
+            .spawn_on(&rt.handle(), move || park_deep::<22_000>(&rx))
+            .unwrap();
+        let id = deep.id().as_u64();
+        let mut found = None;
+        for _ in 0..100 {
+            let dump = weft::debug::dump();
+            if let Some(task) = dump.tasks.iter().find(|t| t.id == id) {
+                if task.state == TaskState::Parked {
+                    found = Some((task.clone(), dump.full()));
+                    break;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let (task, text) = found.expect("the deep task never parked");
+        assert!(task.stack_in_use.unwrap() >= 22_000, "{text}");
+        assert_eq!(task.backtrace, None, "walked a nearly full stack:\n{text}");
+        assert!(text.contains("too little stack left"), "{text}");
+        // And it is none the worse for the capture.
+        tx.send(()).unwrap();
+        common::join_within(deep, Duration::from_secs(10)).unwrap();
+        drop(rt);
+    });
+}

@@ -42,8 +42,11 @@ use crate::task::Header;
 pub(crate) const MAX_FRAMES: usize = 48;
 
 /// Free stack a task must have left for its capture to walk its frames (invariant 2): the
-/// unwinder's state and frames take a few KiB; slots are at least 32 KiB.
-pub(crate) const CAPTURE_RESERVE: usize = 12 * 1024;
+/// unwinder's state and frames take between 5 and 13 KiB in a debug build (a walk with 5 KiB
+/// left overflowed, one with 12.8 KiB did not: `debug_dump.rs`, nearly full stack); slots
+/// are at least 32 KiB, so a task parked with more than 12 KiB of a minimum stack in use is
+/// shown without a backtrace.
+pub(crate) const CAPTURE_RESERVE: usize = 16 * 1024;
 
 /// What a parked task's parking frame holds for a dump: why it waits and since when, in one
 /// word (one store per park): the worker's coarse clock at the park (sched/worker.rs,
