@@ -25,6 +25,8 @@
 //!   channel it waits on ([`chan`]).
 //!
 //! # Layers
+//! [`debug`] (task dumps, SIGQUIT, the debug endpoint) and [`metrics`] sit beside the top:
+//! they read every layer and are called by none.
 //! ```text
 //!   chan (channels, select!) ─┐
 //!   sync (Mutex, WaitGroup…)  ─┼─► park
