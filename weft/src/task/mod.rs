@@ -110,8 +110,8 @@ pub(crate) struct Header {
 }
 
 // SAFETY: the fields that are not Sync on their own are confined as the table in the module
-// doc says: `run`, `yielder` and `cancelling` are touched only on the task's home worker thread
-// (invariant 1), or, for `run` in state New, by whichever single worker popped the task from a
+// doc says: `run`, `yielder`, `cancelling`, `unwinding` and `capture` are touched only on the
+// task's home worker thread (invariant 1), or, for `run` in state New, by whichever single worker popped the task from a
 // queue; `home` is written once before it can be read elsewhere (invariant 2).
 unsafe impl Sync for Header {}
 // SAFETY: a Header moves between threads behind its task's references. Its `RunState::New` content
