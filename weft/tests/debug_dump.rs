@@ -506,7 +506,8 @@ fn dump_from_a_task_shows_the_caller_running() {
     });
 }
 
-/// The child side of `sigquit_prints_the_grouped_dump_and_exits`.
+/// The child side of the SIGQUIT tests: three tasks parked at one site, then wait for the
+/// signal; with `WEFT_SIGQUIT=continue` it goes on and exits 0 by itself after a while.
 fn sigquit_child() {
     let rt = weft::Runtime::builder().workers(2).build().unwrap();
     let (_tx, rx) = weft::chan::bounded::<()>(0);
@@ -517,9 +518,58 @@ fn sigquit_child() {
     std::thread::sleep(Duration::from_millis(100));
     println!("ready");
     std::io::stdout().flush().unwrap();
+    if std::env::var("WEFT_SIGQUIT").as_deref() == Ok("continue") {
+        std::thread::sleep(Duration::from_secs(3));
+        println!("still running");
+        std::process::exit(0);
+    }
     std::thread::sleep(Duration::from_secs(20));
     eprintln!("SIGQUIT never came");
     std::process::exit(1);
+}
+
+/// Runs `test` of this binary as a SIGQUIT child (with `WEFT_SIGQUIT=mode` if given), sends
+/// it SIGQUIT once it is ready, and returns its output.
+fn sigquit_child_output(test: &str, mode: Option<&str>) -> std::process::Output {
+    let exe = std::env::current_exe().unwrap();
+    let mut command = std::process::Command::new(exe);
+    command
+        .args([test, "--exact", "--nocapture"])
+        .env("WEFT_TEST_SIGQUIT_CHILD", "1")
+        .env_remove("WEFT_SIGQUIT")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    if let Some(mode) = mode {
+        command.env("WEFT_SIGQUIT", mode);
+    }
+    let mut child = command.spawn().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 256];
+        let mut told = false;
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            seen.extend_from_slice(&buf[..n]);
+            if !told && String::from_utf8_lossy(&seen).contains("ready") {
+                let _ = ready_tx.send(());
+                told = true;
+            }
+        }
+        seen
+    });
+    ready_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the child never got ready");
+    // SAFETY: kill has no memory-safety preconditions; the pid is our child's.
+    unsafe { libc::kill(child.id() as i32, libc::SIGQUIT) };
+    let mut output =
+        common::within(Duration::from_secs(30), move || child.wait_with_output()).unwrap();
+    output.stdout = reader.join().unwrap();
+    output
 }
 
 #[test]
@@ -528,41 +578,7 @@ fn sigquit_prints_the_grouped_dump_and_exits() {
         sigquit_child();
         return;
     }
-    let exe = std::env::current_exe().unwrap();
-    let mut child = std::process::Command::new(exe)
-        .args([
-            "sigquit_prints_the_grouped_dump_and_exits",
-            "--exact",
-            "--nocapture",
-        ])
-        .env("WEFT_TEST_SIGQUIT_CHILD", "1")
-        .env_remove("WEFT_SIGQUIT")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = child.stdout.take().unwrap();
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut seen = Vec::new();
-        let mut buf = [0u8; 256];
-        while let Ok(n) = stdout.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            seen.extend_from_slice(&buf[..n]);
-            if String::from_utf8_lossy(&seen).contains("ready") {
-                let _ = ready_tx.send(());
-            }
-        }
-    });
-    ready_rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the child never got ready");
-    // SAFETY: kill has no memory-safety preconditions; the pid is our child's.
-    unsafe { libc::kill(child.id() as i32, libc::SIGQUIT) };
-    let output = common::within(Duration::from_secs(30), move || child.wait_with_output());
-    let output = output.unwrap();
+    let output = sigquit_child_output("sigquit_prints_the_grouped_dump_and_exits", None);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "stderr:\n{stderr}");
     assert!(stderr.contains("SIGQUIT: quit"), "{stderr}");
@@ -571,6 +587,26 @@ fn sigquit_prints_the_grouped_dump_and_exits() {
         "{stderr}"
     );
     assert!(stderr.contains("wait_chan_recv"), "{stderr}");
+}
+
+#[test]
+fn weft_sigquit_continue_prints_the_dump_and_keeps_running() {
+    if std::env::var_os("WEFT_TEST_SIGQUIT_CHILD").is_some() {
+        sigquit_child();
+        return;
+    }
+    let output = sigquit_child_output(
+        "weft_sigquit_continue_prints_the_dump_and_keeps_running",
+        Some("continue"),
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "stderr:\n{stderr}");
+    assert!(
+        stderr.contains("3 task(s): parked [chan receive]"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("still running"), "{stdout}");
 }
 
 /// Parks with `N` bytes of this task's stack in use.

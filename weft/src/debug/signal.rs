@@ -133,3 +133,34 @@ fn start_thread() -> io::Result<()> {
         })?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::SigquitAction;
+
+    #[test]
+    fn weft_sigquit_values_name_each_action() {
+        assert_eq!(
+            SigquitAction::parse("exit"),
+            Some(SigquitAction::DumpAndExit)
+        );
+        assert_eq!(
+            SigquitAction::parse(" continue "),
+            Some(SigquitAction::DumpAndContinue)
+        );
+        assert_eq!(
+            SigquitAction::parse("full"),
+            Some(SigquitAction::FullDumpAndExit)
+        );
+        assert_eq!(SigquitAction::parse("off"), Some(SigquitAction::Off));
+        assert_eq!(SigquitAction::parse("2"), None);
+        for action in [
+            SigquitAction::DumpAndExit,
+            SigquitAction::DumpAndContinue,
+            SigquitAction::FullDumpAndExit,
+            SigquitAction::Off,
+        ] {
+            assert_eq!(SigquitAction::from_u8(action.to_u8()), action);
+        }
+    }
+}
