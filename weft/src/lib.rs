@@ -30,6 +30,8 @@
 //!   channel it waits on ([`chan`]).
 //!
 //! # Layers
+//! [`debug`] (task dumps, SIGQUIT, the debug endpoint) and [`metrics`] sit beside the top:
+//! they read every layer and are called by none.
 //! ```text
 //!   chan (channels, select!) ─┐
 //!   sync (Mutex, WaitGroup…)  ─┼─► park
@@ -71,6 +73,7 @@ pub mod chan;
 pub(crate) mod chan_core;
 #[cfg(not(loom))]
 pub mod context;
+pub mod debug;
 #[cfg(all(feature = "interpose", not(loom)))]
 pub mod interpose;
 #[cfg(loom)]

@@ -30,6 +30,8 @@
 //! new work flowing to every core.
 
 #[cfg(not(loom))]
+pub(crate) mod activity;
+#[cfg(not(loom))]
 pub(crate) mod blocking;
 #[cfg(not(loom))]
 pub(crate) mod compute;
@@ -61,6 +63,6 @@ mod runtime;
 #[cfg(not(loom))]
 pub use monitor::{MonitorReport, StuckActivity};
 #[cfg(not(loom))]
-pub(crate) use runtime::Remote;
-#[cfg(not(loom))]
 pub use runtime::{EnterGuard, Handle, Runtime, RuntimeBuilder};
+#[cfg(not(loom))]
+pub(crate) use runtime::{Remote, Shared};

@@ -11,7 +11,7 @@
 //! | `home`       | written once by the first worker to run the task, before the task runs; read by wakers only after they saw the task PARKED (invariant 2) |
 //! | `run`        | the task's worker only (invariant 1)                                  |
 //! | `interrupt`  | anyone sets bits (`Task::cancel`, a cancelled `Context`, shutdown); the task reads them at its parks and clears `SCOPE` |
-//! | `yielder`, `unwinding`, `locals`, `stack` | the task's worker and the task itself, on that worker's thread |
+//! | `yielder`, `unwinding`, `locals`, `stack`, `capture` | the task's worker and the task itself, on that worker's thread |
 //!
 //! Invariants:
 //! 1. A task that has started runs on one OS thread for its whole life: its coroutine is
@@ -202,6 +202,9 @@ pub(crate) struct Header {
     /// The task's task-locals and bound contexts (task/local.rs), allocated at first use;
     /// null until then. Never dropped with the header: the task drops it when it ends.
     pub(crate) locals: Cell<*mut local::TaskLocals>,
+    /// Set by the task's worker around a resume that asks the task to record where it waits
+    /// instead of running (sched/worker.rs, "Capturing a parked task").
+    pub(crate) capture: Cell<Option<NonNull<crate::debug::Capture>>>,
     /// The task was unwinding when it last parked (sched/worker.rs, "Parking while
     /// panicking").
     pub(crate) unwinding: Cell<bool>,
@@ -210,7 +213,7 @@ pub(crate) struct Header {
 }
 
 // SAFETY: the fields that are not Sync on their own are confined as the table in the module
-// doc says: `run`, `yielder`, `unwinding` and `locals` are touched only on the task's home worker thread
+// doc says: `run`, `yielder`, `unwinding`, `locals` and `capture` are touched only on the task's home worker thread
 // (invariant 1), or, for `run` in state New, by whichever single worker popped the task from a
 // queue; `home` is written once before it can be read elsewhere (invariant 2).
 unsafe impl Sync for Header {}
@@ -520,15 +523,17 @@ pub fn try_current() -> Option<Task> {
 /// spurious: call it in a loop that checks a condition. On a plain OS thread this is
 /// `std::thread::park`.
 pub fn park() {
-    crate::park::park_current();
+    crate::park::park_current(crate::park::ParkReason::Park);
 }
 
 /// Like [`park`], but returns after `timeout` at the latest, like
 /// `std::thread::park_timeout`.
 pub fn park_timeout(timeout: std::time::Duration) {
     match std::time::Instant::now().checked_add(timeout) {
-        Some(deadline) => crate::park::park_current_until(deadline),
-        None => park(),
+        Some(deadline) => {
+            crate::park::park_current_until(deadline, crate::park::ParkReason::ParkTimeout)
+        }
+        None => crate::park::park_current(crate::park::ParkReason::ParkTimeout),
     }
 }
 
@@ -642,6 +647,7 @@ impl Builder {
                 yielder: Cell::new(std::ptr::null()),
                 interrupt: AtomicU8::new(0),
                 locals: Cell::new(std::ptr::null_mut()),
+                capture: Cell::new(None),
                 unwinding: Cell::new(false),
                 stack: stack::ParkedStack::default(),
             };

@@ -5,7 +5,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 use crate::join::{Completion, JoinSlot};
-use crate::park::{park_current, Waiter};
+use crate::park::{park_current, ParkReason, Waiter};
 
 fn model(result: fn() -> std::thread::Result<usize>, check: fn(std::thread::Result<usize>)) {
     loom::model(move || {
@@ -18,7 +18,7 @@ fn model(result: fn() -> std::thread::Result<usize>, check: fn(std::thread::Resu
                 }
             })
         };
-        check(slot.wait(Waiter::current, park_current));
+        check(slot.wait(Waiter::current, || park_current(ParkReason::Join)));
         task.join().unwrap();
     });
 }

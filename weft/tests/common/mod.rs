@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests: bounded waits, so that a regression fails a test
-//! instead of hanging CI, and a quiet panic hook for tests that panic on purpose.
+//! instead of hanging CI, a quiet panic hook for tests that panic on purpose, and the metrics
+//! tests' watchdog and stack user.
 
 #![allow(dead_code)] // each test binary uses some of them
 
@@ -133,4 +134,20 @@ pub fn child_result(child: &str, env: &str) -> (String, String) {
         .find_map(|l| Some(l[l.find("RESULT ")? + 7..].to_owned()))
         .unwrap_or_else(|| panic!("no result: {stdout}\n{stderr}"));
     (result, stderr)
+}
+
+/// GETs `path` from `addr` with a plain std socket (HTTP/1.1, the server closes); returns
+/// the status line and the body.
+pub fn http_get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").expect("no header end");
+    let status = head.lines().next().unwrap_or("").to_string();
+    (status, body.to_string())
 }
