@@ -73,6 +73,7 @@ pub mod chan;
 pub(crate) mod chan_core;
 #[cfg(not(loom))]
 pub mod context;
+#[cfg(not(loom))]
 pub mod debug;
 #[cfg(all(feature = "interpose", not(loom)))]
 pub mod interpose;

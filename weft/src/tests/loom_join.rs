@@ -85,7 +85,7 @@ fn loom_join_timeout_races_the_completion() {
         task.join().unwrap();
         let result = match first {
             Some(result) => result,
-            None => slot.wait(Waiter::current, park_current),
+            None => slot.wait(Waiter::current, || park_current(ParkReason::Join)),
         };
         assert_eq!(result.unwrap(), 7);
     });
