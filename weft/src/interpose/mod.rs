@@ -190,9 +190,14 @@ fn retry_parked(
             libc::EINTR => continue,
             _ => return r,
         }
+        let reason = match dir {
+            Direction::Read => crate::park::ParkReason::LibcRead,
+            Direction::Write => crate::park::ParkReason::LibcWrite,
+        };
         // SAFETY: the program is inside a call on `fd`, so it is open, and it stays open
         // until the interposed `close` deregisters it first (fds.rs invariant 1).
-        let waited = unsafe { readiness.wait(BorrowedFd::borrow_raw(fd), dir, seen, deadline) };
+        let waited =
+            unsafe { readiness.wait(BorrowedFd::borrow_raw(fd), dir, seen, deadline, reason) };
         match waited {
             Some(Ok(())) => {}
             Some(Err(e)) if e.kind() == std::io::ErrorKind::TimedOut => return fail(libc::EAGAIN),

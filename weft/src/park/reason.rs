@@ -66,6 +66,12 @@ pub enum ParkReason {
     ParkTimeout,
     /// `task::spawn_blocking`: the closure runs on the blocking pool.
     BlockingPool,
+    /// An interposed libc call waiting for a descriptor to be readable (feature `interpose`).
+    LibcRead,
+    /// An interposed libc call waiting for a descriptor to be writable (feature `interpose`).
+    LibcWrite,
+    /// An interposed `poll` with no descriptor and no timeout (feature `interpose`).
+    LibcPoll,
 }
 
 impl ParkReason {
@@ -94,11 +100,14 @@ impl ParkReason {
             ParkReason::Park => "park",
             ParkReason::ParkTimeout => "park_timeout",
             ParkReason::BlockingPool => "blocking pool",
+            ParkReason::LibcRead => "libc read (interposed)",
+            ParkReason::LibcWrite => "libc write (interposed)",
+            ParkReason::LibcPoll => "libc poll (interposed)",
         }
     }
 
     /// Every variant, in declaration order (for tests and documentation).
-    pub const ALL: [ParkReason; 22] = [
+    pub const ALL: [ParkReason; 25] = [
         ParkReason::ChanRecv,
         ParkReason::ChanSend,
         ParkReason::Select,
@@ -121,6 +130,9 @@ impl ParkReason {
         ParkReason::Park,
         ParkReason::ParkTimeout,
         ParkReason::BlockingPool,
+        ParkReason::LibcRead,
+        ParkReason::LibcWrite,
+        ParkReason::LibcPoll,
     ];
 }
 
