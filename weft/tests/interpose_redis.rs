@@ -62,20 +62,6 @@ fn start_server() -> Result<Server, String> {
     Ok(server)
 }
 
-/// Lets this process open a few thousand sockets, and grows its descriptor table once, up
-/// front: Linux doubles the table as it fills, and in a multi-threaded process each doubling
-/// waits for an RCU grace period inside `socket(2)` (FACTS.md), which the monitor rightly
-/// reports as a worker blocked in the kernel.
-fn prepare_descriptors() {
-    weft::net::raise_fd_limit().expect("raise the descriptor limit");
-    // SAFETY: dup2 onto a free high number, closed at once; no descriptor of ours is touched.
-    unsafe {
-        if libc::dup2(2, 4095) == 4095 {
-            libc::close(4095);
-        }
-    }
-}
-
 #[test]
 fn unmodified_sync_redis_in_10000_tasks_sets_and_gets_every_key() {
     let server = match start_server() {
@@ -85,7 +71,7 @@ fn unmodified_sync_redis_in_10000_tasks_sets_and_gets_every_key() {
             return;
         }
     };
-    prepare_descriptors();
+    common::prepare_descriptors();
     let url = format!("redis://127.0.0.1:{}/", server.port);
     let (runtime, reports) = runtime_with_reports(2);
     let (elapsed, right) = within(Duration::from_secs(120), move || {

@@ -94,6 +94,7 @@ fn fetch_all(
     requests: usize,
     timeout: Option<Duration>,
 ) -> (Duration, usize, Vec<common::Report>) {
+    common::prepare_descriptors();
     let (runtime, reports) = runtime_with_reports(2);
     let (elapsed, right) = within(Duration::from_secs(120), move || {
         runtime.block_on(move || {

@@ -151,3 +151,17 @@ pub fn http_get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
     let status = head.lines().next().unwrap_or("").to_string();
     (status, body.to_string())
 }
+
+/// Lets this process open a few thousand sockets, and grows its descriptor table once, up
+/// front: Linux doubles the table as it fills, and in a multi-threaded process each doubling
+/// waits for an RCU grace period inside the `socket(2)` or `accept(2)` that needed it
+/// (FACTS.md), which the monitor rightly reports as a worker blocked in the kernel.
+pub fn prepare_descriptors() {
+    weft::net::raise_fd_limit().expect("raise the descriptor limit");
+    // SAFETY: dup2 onto a free high number, closed at once; no descriptor of ours is touched.
+    unsafe {
+        if libc::dup2(2, 4095) == 4095 {
+            libc::close(4095);
+        }
+    }
+}
