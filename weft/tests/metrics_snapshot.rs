@@ -147,14 +147,24 @@ fn prometheus_output_parses_with_a_real_parser() {
         snapshot.stack_committed_bytes as f64
     );
     assert!(value("weft_stack_committed_bytes_per_task") > 0.0);
-    assert_eq!(value("weft_stack_compactions_total"), 0.0);
+    assert_eq!(
+        value("weft_stack_compactions_total"),
+        snapshot.compactions as f64
+    );
     let info = scrape
         .samples
         .iter()
         .find(|s| s.metric == "weft_stack_policy_info")
         .expect("no policy info");
-    assert_eq!(info.labels.get("reclaim"), Some("never"));
-    assert_eq!(info.labels.get("compaction"), Some("off"));
+    // The labels follow the process's stack mode (weft::stack::mode()).
+    assert_eq!(
+        info.labels.get("reclaim"),
+        Some(snapshot.reclaim_policy.name())
+    );
+    assert_eq!(
+        info.labels.get("compaction"),
+        Some(snapshot.compaction_mode.name())
+    );
     // Every sample has its HELP and TYPE, named `weft_*`, before it.
     let mut documented = std::collections::HashSet::new();
     let mut typed = std::collections::HashSet::new();

@@ -8,7 +8,6 @@
 //! - [`OFF_WORKER`]: what threads that are not workers do (spawn from a `Handle`, wake a task
 //!   from a plain thread), with `fetch_add`: those paths already take a lock or a syscall.
 //! - [`RETIRED`]: the totals of the workers of dropped runtimes, folded in at their drop.
-//! - [`STACK`]: what the stack layer reports (reclaim, compaction); see [`StackCounters`].
 //! - the sampled stack depths per spawn site (`SAMPLES`), under one mutex, written only for
 //!   sampled tasks.
 //!
@@ -27,7 +26,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::panic::Location;
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Adds one to a counter only this thread writes (invariant 1).
@@ -174,46 +173,10 @@ pub(crate) static OFF_WORKER: SharedCounters = SharedCounters::new();
 /// runtime is gone.
 pub(crate) static RETIRED: SharedCounters = SharedCounters::new();
 
-/// What the stack layer reports. Today no reclaim or compaction exists, so every count is
-/// zero and the policy reads "never" / "off"; the stack layer's reclaim and compaction feed
-/// these when they land (`bytes_reclaimed` at each release of a parked task's pages,
-/// `compacted_*` at each compaction and restore). Any thread may write them: reclaim and
-/// compaction run in batches, off the spawn/park/wake paths, so a `fetch_add` per batch is
-/// cheap.
-#[derive(Debug)]
-pub(crate) struct StackCounters {
-    /// Bytes of parked tasks' stacks given back to the kernel, since the start (a counter).
-    pub(crate) bytes_reclaimed: AtomicU64,
-    /// Live stack bytes now held in heap buffers by compacted tasks (a gauge).
-    pub(crate) compacted_bytes: AtomicU64,
-    /// Tasks whose stack is compacted now (a gauge).
-    pub(crate) compacted_tasks: AtomicU64,
-    /// Compactions since the start.
-    pub(crate) compactions: AtomicU64,
-    /// Restores of compacted stacks since the start.
-    pub(crate) restores: AtomicU64,
-    /// The reclaim policy in force, a [`ReclaimPolicy`] as `u8`.
-    pub(crate) reclaim: AtomicU8,
-    /// The compaction mode in force, a [`CompactionMode`] as `u8`.
-    pub(crate) compaction: AtomicU8,
-}
-
-/// The stack layer's counters (see [`StackCounters`]).
-pub(crate) static STACK: StackCounters = StackCounters {
-    bytes_reclaimed: AtomicU64::new(0),
-    compacted_bytes: AtomicU64::new(0),
-    compacted_tasks: AtomicU64::new(0),
-    compactions: AtomicU64::new(0),
-    restores: AtomicU64::new(0),
-    reclaim: AtomicU8::new(ReclaimPolicy::Never as u8),
-    compaction: AtomicU8::new(CompactionMode::Off as u8),
-};
-
 /// When the pages below a parked task's stack pointer are given back to the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
 pub enum ReclaimPolicy {
-    /// Never: a parked task keeps every page it touched (weft today).
+    /// Never: a parked task keeps every page it touched.
     Never = 0,
     /// After the task has been parked for a while.
     AfterAge = 1,
@@ -222,14 +185,6 @@ pub enum ReclaimPolicy {
 }
 
 impl ReclaimPolicy {
-    pub(crate) fn from_u8(value: u8) -> ReclaimPolicy {
-        match value {
-            1 => ReclaimPolicy::AfterAge,
-            2 => ReclaimPolicy::Eager,
-            _ => ReclaimPolicy::Never,
-        }
-    }
-
     /// The name used in reports and in the Prometheus label.
     pub fn name(self) -> &'static str {
         match self {
@@ -242,9 +197,8 @@ impl ReclaimPolicy {
 
 /// Whether long-parked tasks have their stacks copied out, and how faults on them are caught.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
 pub enum CompactionMode {
-    /// No compaction (weft today).
+    /// No compaction.
     Off = 0,
     /// userfaultfd handling user- and kernel-mode faults.
     Userfaultfd = 1,
@@ -254,14 +208,6 @@ pub enum CompactionMode {
 }
 
 impl CompactionMode {
-    pub(crate) fn from_u8(value: u8) -> CompactionMode {
-        match value {
-            1 => CompactionMode::Userfaultfd,
-            2 => CompactionMode::UserModeOnly,
-            _ => CompactionMode::Off,
-        }
-    }
-
     /// The name used in reports and in the Prometheus label.
     pub fn name(self) -> &'static str {
         match self {

@@ -67,8 +67,6 @@ mod prometheus;
 pub use counters::{CompactionMode, ReclaimPolicy, SiteKey};
 pub use profile::{SiteProfile, StackProfile};
 
-use std::sync::atomic::Ordering;
-
 use crate::sched::stats;
 use crate::stack;
 
@@ -213,13 +211,19 @@ pub fn snapshot() -> Snapshot {
     let committed = kernel::stack_resident_bytes(&spans, &carved);
     let status = kernel::status();
     let in_use = tasks.min(carved_slots);
-    let stack_counters = &counters::STACK;
+    // The stack layer's own counters (stack/compact.rs) and the process's mode.
+    let shrink = stack::counters();
+    let (reclaim_policy, compaction_mode) = match stack::mode() {
+        stack::StackMode::Compact => (ReclaimPolicy::AfterAge, CompactionMode::Userfaultfd),
+        stack::StackMode::Reclaim(_) => (ReclaimPolicy::AfterAge, CompactionMode::Off),
+        stack::StackMode::Off(_) => (ReclaimPolicy::Never, CompactionMode::Off),
+    };
     Snapshot {
         tasks,
         tasks_running: running,
         tasks_runnable: runnable,
         tasks_parked: parked,
-        tasks_compacted: stack_counters.compacted_tasks.load(Ordering::Relaxed),
+        tasks_compacted: shrink.compacted_tasks,
         spawns: totals.spawns,
         runtimes: figures.runtimes,
         workers: figures.workers,
@@ -232,12 +236,12 @@ pub fn snapshot() -> Snapshot {
         page_table_bytes: status.pte,
         rss_bytes: status.rss,
         peak_rss_bytes: status.hwm,
-        stack_reclaimed_bytes: stack_counters.bytes_reclaimed.load(Ordering::Relaxed),
-        stack_compacted_bytes: stack_counters.compacted_bytes.load(Ordering::Relaxed),
-        compactions: stack_counters.compactions.load(Ordering::Relaxed),
-        restores: stack_counters.restores.load(Ordering::Relaxed),
-        reclaim_policy: ReclaimPolicy::from_u8(stack_counters.reclaim.load(Ordering::Relaxed)),
-        compaction_mode: CompactionMode::from_u8(stack_counters.compaction.load(Ordering::Relaxed)),
+        stack_reclaimed_bytes: shrink.reclaimed_bytes,
+        stack_compacted_bytes: shrink.compacted_live_bytes,
+        compactions: shrink.compactions,
+        restores: shrink.restores,
+        reclaim_policy,
+        compaction_mode,
         stack_regions: regions,
     }
 }

@@ -26,7 +26,7 @@
 use std::cell::Cell;
 
 /// Operations a task may complete in a row without parking before it yields.
-pub const COOP_BUDGET: u32 = 128;
+pub(crate) const COOP_BUDGET: u32 = 128;
 
 thread_local! {
     /// Units left to the task running on this thread; plain threads never run out (it starts

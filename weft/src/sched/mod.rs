@@ -31,7 +31,8 @@
 pub(crate) mod blocking;
 #[cfg(not(loom))]
 pub(crate) mod compute;
-pub mod coop;
+#[cfg(not(loom))]
+pub(crate) mod coop;
 #[cfg(not(loom))]
 mod epoll;
 mod idle;

@@ -59,6 +59,8 @@ pub(crate) struct Shared {
     pub(crate) site_classes: Option<SiteClasses>,
     /// Where the stack profile is written back when the runtime drops.
     pub(crate) profile_path: Option<PathBuf>,
+    /// What workers do with parked tasks' stacks (stack/compact.rs).
+    pub(crate) stack_policy: stack::StackPolicy,
 }
 
 /// What other threads may touch of one worker.
@@ -221,6 +223,7 @@ pub struct RuntimeBuilder {
     monitor_threshold: Option<Option<Duration>>,
     monitor_report: Option<super::monitor::ReportHook>,
     max_threads: Option<usize>,
+    stack_policy: Option<stack::StackPolicy>,
     stack_profile: Option<PathBuf>,
 }
 
@@ -299,6 +302,15 @@ impl RuntimeBuilder {
         self
     }
 
+    /// What the workers do with the stacks of parked tasks: give back the pages below the
+    /// stack pointer, and compact (copy the live bytes to the heap, release the slot) where
+    /// [`crate::stack::mode`] allows. Default [`stack::StackPolicy::default`]: compact after
+    /// 200 ms parked (where only reclaim runs, reclaim after 20 ms).
+    pub fn stack_policy(mut self, policy: stack::StackPolicy) -> Self {
+        self.stack_policy = Some(policy);
+        self
+    }
+
     /// Starts the workers.
     ///
     /// # Errors
@@ -339,6 +351,7 @@ impl RuntimeBuilder {
             None => None,
         };
         stack::install_handler();
+        stack::calibrate(crate::task::Suspend::Park);
 
         let locals: Vec<_> = (0..workers)
             .map(|_| crossbeam_deque::Worker::new_fifo())
@@ -377,6 +390,7 @@ impl RuntimeBuilder {
             spinning: AtomicUsize::new(0),
             monitor_rest: super::monitor::Rest::default(),
             compute: super::compute::Pool::new(),
+            stack_policy: self.stack_policy.unwrap_or_default(),
             blocking: Arc::new(super::blocking::Pool::new(
                 max_threads - own_threads,
                 max_threads,

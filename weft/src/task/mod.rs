@@ -11,7 +11,7 @@
 //! | `home`       | written once by the first worker to run the task, before the task runs; read by wakers only after they saw the task PARKED (invariant 2) |
 //! | `run`        | the task's worker only (invariant 1)                                  |
 //! | `interrupt`  | anyone sets bits (`Task::cancel`, a cancelled `Context`, shutdown); the task reads them at its parks and clears `SCOPE` |
-//! | `yielder`, `unwinding`, `locals` | the task's worker and the task itself, on that worker's thread |
+//! | `yielder`, `unwinding`, `locals`, `stack` | the task's worker and the task itself, on that worker's thread |
 //!
 //! Invariants:
 //! 1. A task that has started runs on one OS thread for its whole life: its coroutine is
@@ -200,6 +200,8 @@ pub(crate) struct Header {
     /// The task was unwinding when it last parked (sched/worker.rs, "Parking while
     /// panicking").
     pub(crate) unwinding: Cell<bool>,
+    /// Its stack pointer and reclaim/compaction state while parked (stack/compact.rs).
+    pub(crate) stack: stack::ParkedStack,
 }
 
 // SAFETY: the fields that are not Sync on their own are confined as the table in the module
@@ -628,6 +630,7 @@ impl Builder {
                 interrupt: AtomicU8::new(0),
                 locals: Cell::new(std::ptr::null_mut()),
                 unwinding: Cell::new(false),
+                stack: stack::ParkedStack::default(),
             };
             let header = cell::allocate(header, f);
             // `allocate` made the cell with two references, one for each handle.
