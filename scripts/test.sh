@@ -3,7 +3,8 @@
 #   1. installs the Go toolchain the comparison tests use (tests that need it print
 #      "skipped: <reason>" when it cannot be had);
 #   2. every crate's unit, integration and doc tests;
-#   3. the loom model checks of weft's lock-free protocols (src/tests/loom_*.rs).
+#   3. the `interpose` feature's tests (weft/tests/interpose_*.rs);
+#   4. the loom model checks of weft's lock-free protocols (src/tests/loom_*.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +13,11 @@ if ! scripts/install-go.sh >/dev/null; then
 fi
 
 cargo test --workspace
+
+# The interposed libc calls (weft feature `interpose`, off by default), in their own test
+# binaries: the feature replaces libc functions for the whole process.
+cargo test -p weft --features interpose --test interpose_sleep --test interpose_net \
+  --test interpose_ureq --test interpose_redis
 
 LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test -p weft --lib --release loom

@@ -30,6 +30,8 @@
 //!   channel it waits on ([`chan`]).
 //!
 //! # Layers
+//! [`debug`] (task dumps, SIGQUIT, the debug endpoint) and [`metrics`] sit beside the top:
+//! they read every layer and are called by none.
 //! ```text
 //!   chan (channels, select!) ─┐
 //!   sync (Mutex, WaitGroup…)  ─┼─► park
@@ -39,6 +41,11 @@
 //!   park (Waiter, park/wake protocol) ─┼─► sched (Runtime, workers, queues) ─► stack (slots, guards, overflow)
 //!   metrics (snapshot, stack profile: sums what sched and stack count; its counters call nothing)
 //! ```
+//!
+//! # Blocking code you did not write
+//! With the `interpose` cargo feature, the blocking libc calls that std and sync crates make
+//! (`std::net` sockets, `std::thread::sleep`, `ToSocketAddrs`) park the calling task instead of
+//! blocking its worker; everywhere else they are libc's own (the `interpose` module, README).
 //!
 //! # Safety model
 //! A task that has started runs on the OS thread of its first worker until it ends: only
@@ -66,6 +73,10 @@ pub mod chan;
 pub(crate) mod chan_core;
 #[cfg(not(loom))]
 pub mod context;
+#[cfg(not(loom))]
+pub mod debug;
+#[cfg(all(feature = "interpose", not(loom)))]
+pub mod interpose;
 #[cfg(loom)]
 #[path = "task/join.rs"]
 pub(crate) mod join;

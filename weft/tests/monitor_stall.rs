@@ -3,8 +3,9 @@
 //! subprocess so that the warning on stderr can be read.
 
 use std::io::{Read, Write};
-use std::process::Command;
 use std::time::{Duration, Instant};
+
+mod common;
 
 const CHILD_ENV: &str = "WEFT_TEST_MONITOR_CHILD";
 
@@ -54,23 +55,7 @@ fn monitor_child() {
 
 #[test]
 fn sleeping_task_does_not_delay_a_ping_pong_pair() {
-    let output = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "monitor_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, "1")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stdout}\n{stderr}");
-    let result = stdout
-        .lines()
-        .find_map(|l| Some(&l[l.find("RESULT ")? + 7..]))
-        .unwrap_or_else(|| panic!("no result: {stdout}\n{stderr}"));
+    let (result, stderr) = common::child_result("monitor_child", CHILD_ENV);
     let field = |name: &str| -> u64 {
         result
             .split_whitespace()

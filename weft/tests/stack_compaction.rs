@@ -537,3 +537,59 @@ fn guard_child() {
     // The task never parks again, so dropping the runtime would wait for it.
     std::process::exit(0);
 }
+
+#[test]
+fn a_dump_of_compacted_tasks_restores_them_first_and_loses_nothing() {
+    // A dump resumes each parked task for a moment to record its backtrace: a compacted
+    // stack must be restored before that, and the deeper stack pointer of the capture's
+    // switch must be the one the next compaction keeps.
+    let done = watchdog("dump of compacted tasks", 60);
+    let rt = eager_runtime(2);
+    if !compaction_available() {
+        return;
+    }
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel::<Addr>();
+    let go = Arc::new(AtomicBool::new(false));
+    let tasks: Vec<_> = (0..16u64)
+        .map(|i| {
+            let (addr_tx, go) = (addr_tx.clone(), go.clone());
+            rt.spawn(move || {
+                let mut local = [0u64; 64];
+                for (j, v) in local.iter_mut().enumerate() {
+                    *v = i * 1000 + j as u64;
+                }
+                addr_tx
+                    .send(Addr(black_box(&local) as *const _ as usize))
+                    .unwrap();
+                while !go.load(Ordering::Acquire) {
+                    weft::task::park();
+                }
+                let local = black_box(&local);
+                local
+                    .iter()
+                    .enumerate()
+                    .all(|(j, &v)| v == i * 1000 + j as u64)
+            })
+        })
+        .collect();
+    let addrs: Vec<usize> = (0..16).map(|_| addr_rx.recv().unwrap().0).collect();
+    for round in 0..3 {
+        for &a in &addrs {
+            wait_released(a);
+        }
+        let dump = weft::debug::dump();
+        let parked = dump.count(weft::debug::TaskState::Parked);
+        assert!(parked >= 16, "round {round}: {parked} parked in the dump");
+    }
+    go.store(true, Ordering::Release);
+    for t in &tasks {
+        t.task().unpark();
+    }
+    for t in tasks {
+        assert!(
+            t.join().unwrap(),
+            "a compacted, dumped task lost its locals"
+        );
+    }
+    done.store(true, Ordering::Relaxed);
+}

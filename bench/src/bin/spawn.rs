@@ -9,6 +9,10 @@
 //!
 //! Each figure is the median over the rounds. Go's program is `bench/go/spawn`, built when a
 //! Go toolchain is present (scripts/install-go.sh). Prints a table, then one JSON line.
+//!
+//! `WEFT_BENCH_ONLY=weft` runs weft alone (for callgrind and perf), and with it
+//! `WEFT_BENCH_CASE=join` or `complete` only that case: instructions per task are the
+//! difference of two `--tasks` sizes divided by `rounds × ΔN` (bench/README.md).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -34,17 +38,30 @@ fn args() -> (usize, usize) {
     (tasks, rounds)
 }
 
-fn weft_figures(n: usize, rounds: usize) -> (f64, f64) {
+/// Which of weft's cases to run (`WEFT_BENCH_CASE`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Case {
+    Both,
+    Join,
+    Complete,
+}
+
+fn weft_figures(n: usize, rounds: usize, case: Case) -> (f64, f64) {
     let rt = weft::Runtime::new().expect("runtime");
     rt.block_on(move || {
         let (mut join, mut complete) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
-            let start = Instant::now();
-            let handles: Vec<_> = (0..n).map(|_| weft::spawn(|| {})).collect();
-            for h in handles {
-                h.join().unwrap();
+            if case != Case::Complete {
+                let start = Instant::now();
+                let handles: Vec<_> = (0..n).map(|_| weft::spawn(|| {})).collect();
+                for h in handles {
+                    h.join().unwrap();
+                }
+                join.push(start.elapsed().as_nanos() as f64 / n as f64);
             }
-            join.push(start.elapsed().as_nanos() as f64 / n as f64);
+            if case == Case::Join {
+                continue;
+            }
 
             let count = Arc::new(AtomicUsize::new(0));
             let me = weft::task::current();
@@ -106,7 +123,25 @@ fn main() {
         "spawn benchmarks: {n} tasks × {rounds} rounds, {workers} workers, commit {}",
         commit()
     );
-    let weft = weft_figures(n, rounds);
+    let only_weft = std::env::var("WEFT_BENCH_ONLY").is_ok_and(|v| v == "weft");
+    let case = match std::env::var("WEFT_BENCH_CASE").as_deref() {
+        Ok("join") => Case::Join,
+        Ok("complete") => Case::Complete,
+        _ => Case::Both,
+    };
+    let weft = weft_figures(n, rounds, case);
+    if only_weft {
+        println!(
+            "weft only: spawn + join {:.0} ns, spawn + complete {:.0} ns",
+            weft.0, weft.1
+        );
+        println!(
+            "{{\"tasks\":{n},\"rounds\":{rounds},\"workers\":{workers},\
+             \"weft_spawn_join_ns\":{:.1},\"weft_spawn_complete_ns\":{:.1}}}",
+            weft.0, weft.1
+        );
+        return;
+    }
     let tokio = tokio_figures(n, rounds);
     let go = build_go("spawn").and_then(|bin| {
         let line = run_go(

@@ -78,13 +78,27 @@ pub(crate) fn timer_receiver<T>(
     }
 }
 
-/// Parks the caller (task or thread) until woken or `deadline`.
-#[inline]
-fn park(deadline: Option<Instant>) {
+/// Parks the caller (task or thread) until woken or `deadline`, for `reason`. Always inlined
+/// into `park_send` and `park_recv`, as it was into the one caller it had before reasons: an
+/// out-of-line call here cost the ping-pong path a call and its spills (callgrind).
+#[inline(always)]
+fn park(deadline: Option<Instant>, reason: crate::park::ParkReason) {
     match deadline {
-        Some(deadline) => crate::park::park_current_until(deadline),
-        None => crate::park::park_current(),
+        Some(deadline) => crate::park::park_current_until(deadline, reason),
+        None => crate::park::park_current(reason),
     }
+}
+
+/// [`park`] for a send (park/reason.rs invariant 1).
+#[inline]
+fn park_send(deadline: Option<Instant>) {
+    park(deadline, crate::park::ParkReason::ChanSend);
+}
+
+/// [`park`] for a receive.
+#[inline]
+fn park_recv(deadline: Option<Instant>) {
+    park(deadline, crate::park::ParkReason::ChanRecv);
 }
 
 /// The sending side of a channel. Clone it for more senders.
@@ -105,7 +119,7 @@ impl<T> Sender<T> {
     /// When every receiver is gone; the error gives the value back.
     pub fn send(&self, value: T) -> Result<(), SendError<T>> {
         crate::sched::coop::spend();
-        match self.chan.send(value, None, &mut park) {
+        match self.chan.send(value, None, &mut park_send) {
             SendOutcome::Sent => Ok(()),
             SendOutcome::Disconnected(value) | SendOutcome::Timeout(value) => Err(SendError(value)),
         }
@@ -143,7 +157,7 @@ impl<T> Sender<T> {
     /// On timeout or disconnection; both give the value back.
     pub fn send_deadline(&self, value: T, deadline: Instant) -> Result<(), SendTimeoutError<T>> {
         crate::sched::coop::spend();
-        match self.chan.send(value, Some(deadline), &mut park) {
+        match self.chan.send(value, Some(deadline), &mut park_send) {
             SendOutcome::Sent => Ok(()),
             SendOutcome::Disconnected(value) => Err(SendTimeoutError::Disconnected(value)),
             SendOutcome::Timeout(value) => Err(SendTimeoutError::Timeout(value)),
@@ -178,7 +192,7 @@ impl<T> Receiver<T> {
     /// When the channel is empty and every sender is gone.
     pub fn recv(&self) -> Result<T, RecvError> {
         crate::sched::coop::spend();
-        match self.chan.recv(None, &mut park) {
+        match self.chan.recv(None, &mut park_recv) {
             RecvOutcome::Got(value) => Ok(value),
             RecvOutcome::Disconnected | RecvOutcome::Timeout => Err(RecvError),
         }
@@ -214,7 +228,7 @@ impl<T> Receiver<T> {
     /// On timeout, or when the channel is empty and every sender is gone.
     pub fn recv_deadline(&self, deadline: Instant) -> Result<T, RecvTimeoutError> {
         crate::sched::coop::spend();
-        match self.chan.recv(Some(deadline), &mut park) {
+        match self.chan.recv(Some(deadline), &mut park_recv) {
             RecvOutcome::Got(value) => Ok(value),
             RecvOutcome::Disconnected => Err(RecvTimeoutError::Disconnected),
             RecvOutcome::Timeout => Err(RecvTimeoutError::Timeout),

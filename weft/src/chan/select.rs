@@ -75,7 +75,7 @@ fn shuffle(order: &mut [usize]) {
 }
 
 fn park(deadline: Option<Instant>) {
-    super::park(deadline);
+    super::park(deadline, crate::park::ParkReason::Select);
 }
 
 /// Runs a select over `arms`: the `select!` expansion calls this.

@@ -59,6 +59,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::park::ParkReason;
 use crate::sched::io::{self as reactor, Direction, Readiness};
 
 pub(crate) fn timed_out() -> io::Error {
@@ -75,6 +76,9 @@ pub(crate) struct Source<T: AsFd> {
 impl<T: AsFd> Source<T> {
     /// Wraps `io`, which must already be non-blocking (invariant 1).
     pub(crate) fn new(io: T) -> Source<T> {
+        // interpose/mod.rs invariant 2: interposed calls on it pass straight through.
+        #[cfg(feature = "interpose")]
+        crate::interpose::mark_weft(io.as_fd().as_raw_fd());
         Source {
             readiness: Arc::default(),
             io,
@@ -90,6 +94,7 @@ impl<T: AsFd> Source<T> {
     pub(crate) fn do_io<R>(
         &self,
         dir: Direction,
+        reason: ParkReason,
         timeout: Option<Duration>,
         mut op: impl FnMut(&T) -> io::Result<R>,
     ) -> io::Result<R> {
@@ -105,7 +110,7 @@ impl<T: AsFd> Source<T> {
             if deadline.is_none() {
                 deadline = timeout.and_then(|t| Instant::now().checked_add(t));
             }
-            self.wait(dir, seen, deadline)?;
+            self.wait(dir, seen, deadline, reason)?;
         }
     }
 
@@ -120,6 +125,7 @@ impl<T: AsFd> Source<T> {
     ) -> io::Result<usize> {
         crate::sched::coop::spend(); // sched/coop.rs invariant 2
         let dir = Direction::Read;
+        let reason = ParkReason::SocketRead;
         let mut deadline: Option<Instant> = None;
         // After a wait, always try: on a plain thread the wait was `poll(2)`, and nothing
         // clears the hint there (sched/io.rs step 5).
@@ -141,17 +147,26 @@ impl<T: AsFd> Source<T> {
             if deadline.is_none() {
                 deadline = timeout.and_then(|t| Instant::now().checked_add(t));
             }
-            self.wait(dir, seen, deadline)?;
+            self.wait(dir, seen, deadline, reason)?;
             waited = true;
         }
     }
 
     /// Waits for `dir` readiness: a task parks (sched/io.rs steps 2–4), a plain thread blocks
     /// in `poll(2)` on the descriptor (step 5).
-    fn wait(&self, dir: Direction, seen: u64, deadline: Option<Instant>) -> io::Result<()> {
+    fn wait(
+        &self,
+        dir: Direction,
+        seen: u64,
+        deadline: Option<Instant>,
+        reason: ParkReason,
+    ) -> io::Result<()> {
         // SAFETY: `io` is the source's descriptor, and `Drop` deregisters before `io` (and so
         // the descriptor) is dropped (invariant 2).
-        let parked = unsafe { self.readiness.wait(self.io.as_fd(), dir, seen, deadline) };
+        let parked = unsafe {
+            self.readiness
+                .wait(self.io.as_fd(), dir, seen, deadline, reason)
+        };
         match parked {
             Some(result) => result,
             None => sys::poll_fd(self.io.as_fd().as_raw_fd(), dir, deadline),

@@ -30,6 +30,9 @@ pub(crate) fn socket(addr: &SocketAddr, ty: libc::c_int) -> io::Result<OwnedFd> 
     // SAFETY: plain syscall with constant arguments.
     let fd =
         cvt(unsafe { libc::socket(domain, ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) })?;
+    // interpose/mod.rs invariant 2: its `connect` passes straight through.
+    #[cfg(feature = "interpose")]
+    crate::interpose::mark_weft(fd);
     // SAFETY: `socket` just returned this descriptor and nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }

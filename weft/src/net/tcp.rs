@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use super::resolve::{resolve, ToSocketAddrs};
 use super::{sys, Source, Timeout};
+use crate::park::ParkReason;
 use crate::sched::io::Direction;
 
 /// A TCP socket server, listening for connections; like `std::net::TcpListener`, but `accept`
@@ -54,9 +55,11 @@ impl TcpListener {
     /// # Errors
     /// Whatever `accept4(2)` reports.
     pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
-        let (fd, addr) = self
-            .source
-            .do_io(Direction::Read, None, |l| sys::accept(l.as_raw_fd()))?;
+        let (fd, addr) =
+            self.source
+                .do_io(Direction::Read, ParkReason::SocketAccept, None, |l| {
+                    sys::accept(l.as_raw_fd())
+                })?;
         let stream = std::net::TcpStream::from(fd);
         Ok((TcpStream::from_nonblocking(stream), addr))
     }
@@ -186,9 +189,12 @@ impl TcpStream {
             if timeout.is_some_and(|t| t.is_zero()) {
                 return Err(super::timed_out());
             }
-            stream
-                .source
-                .do_io(Direction::Write, timeout, sys::take_connect_result)?;
+            stream.source.do_io(
+                Direction::Write,
+                ParkReason::SocketConnect,
+                timeout,
+                sys::take_connect_result,
+            )?;
         }
         Ok(stream)
     }
@@ -361,8 +367,12 @@ impl TcpStream {
     /// # Errors
     /// As `recv(2)`, or `TimedOut`.
     pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.source
-            .do_io(Direction::Read, self.read_timeout.get(), |s| s.peek(buf))
+        self.source.do_io(
+            Direction::Read,
+            ParkReason::SocketRead,
+            self.read_timeout.get(),
+            |s| s.peek(buf),
+        )
     }
 }
 
@@ -374,26 +384,32 @@ impl Read for &TcpStream {
     }
 
     fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
-        self.source
-            .do_io(Direction::Read, self.read_timeout.get(), |mut s| {
-                s.read_vectored(bufs)
-            })
+        self.source.do_io(
+            Direction::Read,
+            ParkReason::SocketRead,
+            self.read_timeout.get(),
+            |mut s| s.read_vectored(bufs),
+        )
     }
 }
 
 impl Write for &TcpStream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.source
-            .do_io(Direction::Write, self.write_timeout.get(), |mut s| {
-                s.write(buf)
-            })
+        self.source.do_io(
+            Direction::Write,
+            ParkReason::SocketWrite,
+            self.write_timeout.get(),
+            |mut s| s.write(buf),
+        )
     }
 
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        self.source
-            .do_io(Direction::Write, self.write_timeout.get(), |mut s| {
-                s.write_vectored(bufs)
-            })
+        self.source.do_io(
+            Direction::Write,
+            ParkReason::SocketWrite,
+            self.write_timeout.get(),
+            |mut s| s.write_vectored(bufs),
+        )
     }
 
     fn flush(&mut self) -> io::Result<()> {

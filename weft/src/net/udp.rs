@@ -13,6 +13,7 @@ use std::time::Duration;
 use super::resolve::{resolve, ToSocketAddrs};
 use super::tcp::each_addr;
 use super::{Source, Timeout};
+use crate::park::ParkReason;
 use crate::sched::io::Direction;
 
 /// A UDP socket; like `std::net::UdpSocket`, but `send` and `recv` park the task.
@@ -62,10 +63,12 @@ impl UdpSocket {
         let addr = resolve(&addr)?.into_iter().next().ok_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidInput, "no addresses to send data to")
         })?;
-        self.source
-            .do_io(Direction::Write, self.write_timeout.get(), |s| {
-                s.send_to(buf, addr)
-            })
+        self.source.do_io(
+            Direction::Write,
+            ParkReason::DatagramSend,
+            self.write_timeout.get(),
+            |s| s.send_to(buf, addr),
+        )
     }
 
     /// Receives one datagram and its sender.
@@ -73,10 +76,12 @@ impl UdpSocket {
     /// # Errors
     /// As `recvfrom(2)`, or `TimedOut`.
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
-        self.source
-            .do_io(Direction::Read, self.read_timeout.get(), |s| {
-                s.recv_from(buf)
-            })
+        self.source.do_io(
+            Direction::Read,
+            ParkReason::DatagramRecv,
+            self.read_timeout.get(),
+            |s| s.recv_from(buf),
+        )
     }
 
     /// Sends to the connected peer.
@@ -84,8 +89,12 @@ impl UdpSocket {
     /// # Errors
     /// As `send(2)`, or `TimedOut`.
     pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
-        self.source
-            .do_io(Direction::Write, self.write_timeout.get(), |s| s.send(buf))
+        self.source.do_io(
+            Direction::Write,
+            ParkReason::DatagramSend,
+            self.write_timeout.get(),
+            |s| s.send(buf),
+        )
     }
 
     /// Receives from the connected peer.
@@ -93,8 +102,12 @@ impl UdpSocket {
     /// # Errors
     /// As `recv(2)`, or `TimedOut`.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.source
-            .do_io(Direction::Read, self.read_timeout.get(), |s| s.recv(buf))
+        self.source.do_io(
+            Direction::Read,
+            ParkReason::DatagramRecv,
+            self.read_timeout.get(),
+            |s| s.recv(buf),
+        )
     }
 
     /// Receives one datagram without removing it from the queue.
@@ -102,10 +115,12 @@ impl UdpSocket {
     /// # Errors
     /// As `recvfrom(2)`, or `TimedOut`.
     pub fn peek_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
-        self.source
-            .do_io(Direction::Read, self.read_timeout.get(), |s| {
-                s.peek_from(buf)
-            })
+        self.source.do_io(
+            Direction::Read,
+            ParkReason::DatagramRecv,
+            self.read_timeout.get(),
+            |s| s.peek_from(buf),
+        )
     }
 
     /// The local address.

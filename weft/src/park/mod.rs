@@ -2,7 +2,8 @@
 //! the caller is a task (only the task parks; its worker runs others) or a plain OS thread
 //! (the thread blocks).
 //!
-//! Owns: `Waiter`, the thing a waiting party leaves behind to be woken by.
+//! Owns: `Waiter`, the thing a waiting party leaves behind to be woken by, and [`ParkReason`],
+//! what a parked task waits for.
 //!
 //! Invariants:
 //! 1. A waiter is woken at most once per registration by the code that took it out of the
@@ -11,7 +12,10 @@
 //!
 //! May call: `task`, `sched`. Called by: `task::join`, and later `sync`, `chan`, `time`, `net`.
 
+mod reason;
 pub(crate) mod state;
+
+pub use reason::ParkReason;
 
 #[cfg(not(loom))]
 use crate::task::Task;
@@ -48,11 +52,12 @@ impl Waiter {
     }
 }
 
-/// Parks the caller: the current task, or else the current thread (invariant 2).
+/// Parks the caller: the current task, or else the current thread (invariant 2). `reason`
+/// is what a task dump shows while the task waits (park/reason.rs).
 #[cfg(not(loom))]
 #[inline]
-pub(crate) fn park_current() {
-    if !crate::sched::park_current_task() {
+pub(crate) fn park_current(reason: ParkReason) {
+    if !crate::sched::park_current_task(reason) {
         park_thread(None);
     }
 }
@@ -75,8 +80,8 @@ fn park_thread(deadline: Option<std::time::Instant>) {
 /// Parks the caller until woken or until `deadline` (invariant 2: callers re-check both their
 /// condition and the clock).
 #[cfg(not(loom))]
-pub(crate) fn park_current_until(deadline: std::time::Instant) {
-    if !crate::sched::park_current_task_until(deadline) {
+pub(crate) fn park_current_until(deadline: std::time::Instant, reason: ParkReason) {
+    if !crate::sched::park_current_task_until(deadline, reason) {
         park_thread(Some(deadline));
     }
 }
@@ -97,7 +102,8 @@ impl Waiter {
     }
 }
 
+/// Under loom the reason is not kept: no dump runs there.
 #[cfg(loom)]
-pub(crate) fn park_current() {
+pub(crate) fn park_current(_reason: ParkReason) {
     loom::thread::park();
 }

@@ -101,8 +101,9 @@ impl ParkState {
         self.0.swap(RUNNING, Ordering::Acquire);
     }
 
-    /// Whether the task is parked now: a hint (Relaxed), for the worker's stack upkeep,
-    /// which only skips tasks that look woken.
+    /// Whether the task is parked now: a hint (Relaxed) for the worker's stack upkeep, which
+    /// only skips tasks that look woken, and a snapshot for a task dump (an unpark may come
+    /// at any moment). Never used to decide anything that needs it exact.
     #[inline]
     pub(crate) fn is_parked(&self) -> bool {
         self.0.load(Ordering::Relaxed) == PARKED

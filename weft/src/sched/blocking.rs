@@ -194,7 +194,7 @@ where
             Some(Ok(value)) => return Ok(value),
             Some(Err(payload)) => std::panic::resume_unwind(payload),
             // park/mod.rs invariant 2: re-check after every return.
-            None => park::park_current(),
+            None => park::park_current(park::ParkReason::BlockingPool),
         }
     }
 }

@@ -13,6 +13,14 @@
 //!
 //! Each side stores, fences, then loads what the other side stored: by the fences' total
 //! order, either the worker sees the work in step 3 or the waker sees `sleeping` in step 2.
+//!
+//! Spawns: a task spawned onto its own worker's deque is work for that worker first, and the
+//! worker is awake (it runs the spawning task) and checks its deque before it sleeps, so no
+//! handshake is needed for the task to run; steps 1–2 (`Shared::wake_idle_worker`) only bring
+//! another worker to share the work. So a burst of spawns in one resume does them for its
+//! first spawn and one in every `WAKE_CHECK_EVERY` after it (sched/worker.rs,
+//! `Spawner::submit`), not per spawn. Work handed to another worker (`push_woken`, `place`)
+//! and spawns from outside (the injector) always do the handshake.
 //! Fences rather than SeqCst loads and stores, because loom checks fences exactly (it found a
 //! lost wakeup in a version whose pre-check load was Relaxed). Checked by
 //! `src/tests/loom_idle.rs`.

@@ -343,6 +343,7 @@ impl Readiness {
         dir: Direction,
         seen: u64,
         deadline: Option<Instant>,
+        reason: park::ParkReason,
     ) -> Option<io::Result<()>> {
         let d = dir as usize;
         let mut retired = Retired::default();
@@ -378,8 +379,8 @@ impl Readiness {
         };
         loop {
             match deadline {
-                Some(deadline) => park::park_current_until(deadline),
-                None => park::park_current(),
+                Some(deadline) => park::park_current_until(deadline, reason),
+                None => park::park_current(reason),
             }
             let mut lists = self.lock();
             if self.seq[d].load(Ordering::Relaxed) != seen {

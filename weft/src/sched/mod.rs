@@ -17,7 +17,9 @@
 //!    yielded task goes back to its home worker only (task/mod.rs invariant 1).
 //! 2. A worker runs at most one task at a time, and the worker thread's own code never runs
 //!    on a task's stack.
-//! 3. No wakeup is lost between a worker deciding to sleep and work arriving (idle.rs).
+//! 3. No wakeup is lost between a worker deciding to sleep and work arriving (idle.rs). A
+//!    spawn onto the spawning worker's own deque is work for that worker, which is awake; it
+//!    wakes another worker only to share it, once per burst (idle.rs, "Spawns").
 //!
 //! May call: `task`, `stack`, `park`. Called by: `task` (spawn, park, yield), the public API.
 //!
@@ -27,6 +29,8 @@
 //! computation delays the tasks that live on it; the work-stealing of never-started tasks keeps
 //! new work flowing to every core.
 
+#[cfg(not(loom))]
+pub(crate) mod activity;
 #[cfg(not(loom))]
 pub(crate) mod blocking;
 #[cfg(not(loom))]
@@ -59,6 +63,6 @@ mod runtime;
 #[cfg(not(loom))]
 pub use monitor::{MonitorReport, StuckActivity};
 #[cfg(not(loom))]
-pub(crate) use runtime::Remote;
-#[cfg(not(loom))]
 pub use runtime::{EnterGuard, Handle, Runtime, RuntimeBuilder};
+#[cfg(not(loom))]
+pub(crate) use runtime::{Remote, Shared};

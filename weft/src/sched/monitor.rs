@@ -377,6 +377,7 @@ fn watch(
             if remote.resumes.load(Ordering::Relaxed) != resumes {
                 continue;
             }
+            shared.monitor_warnings.fetch_add(1, Ordering::Relaxed);
             if first_warning_for(site as usize) {
                 // SAFETY: the worker stores only `&'static Location` pointers (or null).
                 let spawn_site: Option<&'static Location<'static>> = unsafe { site.as_ref() };

@@ -54,6 +54,8 @@ pub(crate) struct Shared {
     /// The monitor's deep sleep while every worker sleeps (monitor.rs, "Idle").
     pub(crate) monitor_rest: super::monitor::Rest,
     /// Whether this runtime runs a monitor thread (for `weft::metrics`).
+    /// Stuck workers the monitor has seen, reported or not (its thread alone writes).
+    pub(crate) monitor_warnings: AtomicU64,
     pub(crate) has_monitor: AtomicBool,
     /// Stack sizes per spawn site from a profile (`RuntimeBuilder::stack_profile`).
     pub(crate) site_classes: Option<SiteClasses>,
@@ -94,6 +96,13 @@ pub(crate) struct Remote {
     /// Started, unfinished tasks living on this worker (its live list's length), written by
     /// the worker only, Relaxed: spawners read it to place new tasks (worker.rs, `Spawner`).
     pub(crate) live: AtomicUsize,
+    /// Task-dump requests waiting for this worker to answer them between tasks (worker.rs,
+    /// "Capturing a parked task"); `dump_pending` says the list is not empty, so the worker
+    /// looks at the lock only when there is something.
+    pub(crate) dump_requests: Mutex<Vec<crate::debug::DumpRequest>>,
+    pub(crate) dump_pending: AtomicBool,
+    /// Steals and busy time, for the debug endpoint (activity.rs).
+    pub(crate) activity: super::activity::WorkerActivity,
     /// Spawns, starts, parks and wakes on this worker, for `weft::metrics` (written by the
     /// worker only, metrics/counters.rs invariant 1).
     pub(crate) counters: WorkerCounters,
@@ -166,6 +175,39 @@ impl Remote {
         task
     }
 
+    /// Queues a dump request and wakes the worker as a wake does (idle.rs steps 1–2): it
+    /// answers at its next look at its inbox.
+    pub(crate) fn request_dump(&self, request: crate::debug::DumpRequest) {
+        self.dump_requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(request);
+        self.dump_pending.store(true, Ordering::Relaxed);
+        // Release: pairs with the Acquire fence in `dump_pending`, through `pushed`: a worker
+        // that takes this push sees the flag.
+        fence(Ordering::Release);
+        if self.flags.work_pushed() {
+            self.notify();
+        }
+    }
+
+    /// Whether a dump request waits: the worker, right after `take_pushed` returned true.
+    #[inline]
+    pub(crate) fn dump_pending(&self) -> bool {
+        // Acquire: pairs with the Release fence in `request_dump` (a compiler barrier only on
+        // x86-64: no instruction on the wake path).
+        fence(Ordering::Acquire);
+        self.dump_pending.load(Ordering::Relaxed)
+    }
+
+    /// Takes the waiting dump requests. The flag is cleared under the lock, so a request
+    /// queued after this re-sets it.
+    pub(crate) fn take_dump_requests(&self) -> Vec<crate::debug::DumpRequest> {
+        let mut requests = self.dump_requests.lock().unwrap_or_else(|e| e.into_inner());
+        self.dump_pending.store(false, Ordering::Relaxed);
+        std::mem::take(&mut *requests)
+    }
+
     pub(crate) fn notify(&self) {
         // An error means the eventfd is gone, which only happens after the worker exited.
         let _ = self.poller.notify();
@@ -224,6 +266,7 @@ pub struct RuntimeBuilder {
     monitor_report: Option<super::monitor::ReportHook>,
     max_threads: Option<usize>,
     stack_policy: Option<stack::StackPolicy>,
+    sigquit: Option<crate::debug::SigquitAction>,
     stack_profile: Option<PathBuf>,
 }
 
@@ -238,6 +281,8 @@ impl std::fmt::Debug for RuntimeBuilder {
                 &self.monitor_report.as_ref().map(|_| "custom"),
             )
             .field("max_threads", &self.max_threads)
+            .field("sigquit", &self.sigquit)
+            .field("stack_profile", &self.stack_profile)
             .finish()
     }
 }
@@ -286,6 +331,14 @@ impl RuntimeBuilder {
         self
     }
 
+    /// What SIGQUIT does (`weft::debug`): by default, like Go, it prints the grouped task
+    /// dump to stderr and exits with status 2. The `WEFT_SIGQUIT` environment variable
+    /// (`exit`, `continue`, `full`, `off`), when set, wins over this, like `GOTRACEBACK`.
+    pub fn sigquit(mut self, action: crate::debug::SigquitAction) -> Self {
+        self.sigquit = Some(action);
+        self
+    }
+
     /// Sizes the stacks of each spawn site from a stack profile file, and writes the profile
     /// of this run back to it when the runtime drops (`weft::metrics::stack_profile`). A task
     /// spawned with its own `task::Builder::stack_size` keeps it; a site the file does not
@@ -317,6 +370,8 @@ impl RuntimeBuilder {
     /// An invalid worker count or stack size, a stack profile that cannot be read or parsed,
     /// or a failure to start a thread or a poller.
     pub fn build(self) -> io::Result<Runtime> {
+        #[cfg(feature = "interpose")]
+        crate::interpose::init();
         let workers = match self.workers {
             Some(n) => n,
             None => workers_from_env()?,
@@ -352,6 +407,7 @@ impl RuntimeBuilder {
         };
         stack::install_handler();
         stack::calibrate(crate::task::Suspend::Park);
+        crate::debug::install_sigquit(crate::debug::action_from_env(self.sigquit)?)?;
 
         let locals: Vec<_> = (0..workers)
             .map(|_| crossbeam_deque::Worker::new_fifo())
@@ -374,6 +430,9 @@ impl RuntimeBuilder {
                     running_name: Mutex::new(None),
                     tid: std::sync::atomic::AtomicI32::new(0),
                     live: AtomicUsize::new(0),
+                    dump_requests: Mutex::new(Vec::new()),
+                    dump_pending: AtomicBool::new(false),
+                    activity: Default::default(),
                     counters: WorkerCounters::default(),
                     sites: SiteCounts::default(),
                     io,
@@ -396,6 +455,7 @@ impl RuntimeBuilder {
                 max_threads,
             )),
             has_monitor: AtomicBool::new(false),
+            monitor_warnings: AtomicU64::new(0),
             site_classes,
             profile_path,
         });
@@ -419,6 +479,7 @@ impl RuntimeBuilder {
                 }
             }
         }
+        crate::debug::register(&shared);
         let mut runtime = Runtime {
             shared,
             threads,

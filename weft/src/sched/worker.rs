@@ -16,6 +16,29 @@
 //! Invariants: sched/mod.rs 1–3; task/mod.rs 1–3. In particular `current` is non-null exactly
 //! while a task runs on this worker, and `run_task` is never re-entered (a task cannot run the
 //! worker loop).
+//!
+//! # Capturing a parked task
+//! A task dump (`weft::debug`) needs each task's backtrace, which only the task's own stack
+//! holds, and a started task never leaves its worker's thread (task/mod.rs invariant 1). So a
+//! dump request goes to every worker (`Remote::request_dump`, a flag and a notify, like a wake);
+//! the worker answers it between tasks (`answer_dump`), where every task in its live list is
+//! switched out, either parked or in a ready queue:
+//! 1. The worker takes a snapshot of the task's park state (PARKED or not), sets the task's
+//!    `Header::capture` to its capture buffer, resumes the coroutine, and clears it again.
+//! 2. The task is inside `suspend` (a park or a yield): it sees the capture, records its
+//!    instruction pointers, stack pointer and — for a park — the `ParkReason` and park time
+//!    its parking frame holds (`debug::record`), and suspends again with the same `Suspend`.
+//!    It does not return from `suspend`, so `ParkState::resumed`, the cancellation check and
+//!    the caller's re-check never run: the wake is invisible to it.
+//! 3. The worker does not call `publish_parked` after a capture: the park state was never
+//!    touched, so a PARKED task is still PARKED (its parked reference, task/mod.rs invariant 4,
+//!    still held by the park state), and a task an `unpark` moved to NOTIFIED meanwhile — from
+//!    another thread, since this one is busy — was queued by that `unpark` as usual and runs
+//!    later with an ordinary resume.
+//!
+//! A task that blocks its thread while panicking ("Parking while panicking") holds its worker,
+//! so the worker cannot answer: the dump reports that worker's running task from its `Remote`
+//! without resuming anything, as it does for a task that computes without parking.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
@@ -30,7 +53,9 @@ use crossbeam_deque::Steal;
 
 use super::runtime::{Handle, Remote, Shared};
 use super::stats::Sampler;
+use crate::debug::ParkSite;
 use crate::metrics::counters;
+use crate::park::ParkReason;
 use crate::stack::{self, LocalSlots, SizeClass, Slot};
 use crate::task::{interrupt, Cancelled, Header, RunState, Suspend, Task, TaskCoroutine};
 
@@ -107,35 +132,69 @@ pub(crate) fn suspend_current(reason: Suspend) -> bool {
         // at shutdown.
         header.unwinding.set(std::thread::panicking());
         unwind_if_cancelled(header);
-        suspend(header, reason);
+        suspend(header, reason, None);
         unwind_if_cancelled(header);
     }
     true
 }
 
-/// Switches from the running task, whose header is `header`, back to its worker.
+/// Switches from the running task, whose header is `header`, back to its worker, until it is
+/// resumed to run: the resumes of a dump in between do not return from here ("Capturing a
+/// parked task" step 2). `site` is what a park waits on; `None` for a yield.
 #[inline]
-fn suspend(header: &Header, reason: Suspend) {
+fn suspend(header: &Header, reason: Suspend, site: Option<&ParkSite>) {
     let yielder = header.yielder.get();
     // SAFETY: `header` is the running task's (callers got it from `current_header`), and its
     // yielder lives at the root of this task's stack, the stack we run on now.
-    stack::switch_out(unsafe { &*yielder }, reason, &header.stack);
+    let yielder = unsafe { &*yielder };
+    stack::switch_out(yielder, reason, &header.stack);
+    // One load of a header line the park already touched, on every resume.
+    if header.capture.get().is_some() {
+        answer_captures(header, yielder, reason, site);
+    }
 }
 
-/// Parks the running task (park/state.rs); false if not in a task.
+/// "Capturing a parked task" step 2: records, then switches out again, as long as the worker
+/// resumes this task for captures; returns at the first resume to run.
+#[cold]
+#[inline(never)]
+fn answer_captures(
+    header: &Header,
+    yielder: &corosensei::Yielder<(), Suspend>,
+    reason: Suspend,
+    site: Option<&ParkSite>,
+) {
+    while let Some(capture) = header.capture.get() {
+        crate::debug::record(capture, site);
+        // Through `switch_out`, so that the stack pointer the stack layer keeps is this
+        // deeper one: what lies below the first switch's is live now (stack/compact.rs
+        // invariant 1).
+        stack::switch_out(yielder, reason, &header.stack);
+    }
+}
+
+/// Parks the running task (park/state.rs) for `reason`; false if not in a task.
 #[inline]
-pub(crate) fn park_current_task() -> bool {
-    let Some(header) = current_header() else {
+pub(crate) fn park_current_task(reason: ParkReason) -> bool {
+    let Some(worker) = current_worker() else {
         return false;
     };
-    park_task(header, None);
+    let Some(header) = worker.current.get() else {
+        return false;
+    };
+    // SAFETY: as in `current_header`.
+    let header = unsafe { header.as_ref() };
+    park_task(worker, header, None, reason);
     true
 }
 
 /// Parks the running task until unparked or, when it blocks its thread, until `deadline`
 /// (a switched-out task's deadline is a timer entry: `park_current_task_until`).
 #[inline]
-fn park_task(header: &Header, deadline: Option<Instant>) {
+fn park_task(worker: &Worker, header: &Header, deadline: Option<Instant>, reason: ParkReason) {
+    // Kept in this frame for a dump to read ("Capturing a parked task"); the clock is the
+    // worker's coarse one (`Worker::clock`), not a clock read per park.
+    let site = ParkSite::new(reason, worker.clock.get());
     // Whether this task is unwinding, for the checks after it resumes: only now is the
     // thread's panic state surely its own ("Parking while panicking").
     let panicking = std::thread::panicking();
@@ -147,7 +206,7 @@ fn park_task(header: &Header, deadline: Option<Instant>) {
     if panicking && !shutting_down() {
         block_thread(header, deadline);
     } else {
-        suspend(header, Suspend::Park);
+        suspend(header, Suspend::Park, Some(&site));
     }
     header.park.resumed();
     unwind_if_cancelled(header);
@@ -192,7 +251,7 @@ fn block_thread(header: &Header, deadline: Option<Instant>) {
 ///
 /// The deadline is an entry in the home worker's timer map, removed again when the task
 /// returns (so a wait that ends early leaves nothing behind).
-pub(crate) fn park_current_task_until(deadline: Instant) -> bool {
+pub(crate) fn park_current_task_until(deadline: Instant, reason: ParkReason) -> bool {
     let Some(worker) = current_worker() else {
         return false;
     };
@@ -202,7 +261,7 @@ pub(crate) fn park_current_task_until(deadline: Instant) -> bool {
     if std::thread::panicking() && !shutting_down() {
         // The task keeps its thread ("Parking while panicking"): no timer entry, the thread's
         // own park times out.
-        park_task(header, Some(deadline));
+        park_task(worker, header, Some(deadline), reason);
         return true;
     }
     // SAFETY: `header` is the running task's: alive for the whole resume.
@@ -214,7 +273,7 @@ pub(crate) fn park_current_task_until(deadline: Instant) -> bool {
     // Removed when the park returns or unwinds (a cancelled sleeper must not keep its task
     // alive until the deadline).
     let _entry = TimerEntry { worker, key };
-    park_task(header, None);
+    park_task(worker, header, None, reason);
     true
 }
 
@@ -403,10 +462,21 @@ impl Spawner<'_> {
         }
     }
 
-    pub(crate) fn take_slot(&self, class: SizeClass) -> std::io::Result<Slot> {
+    /// The slot a new task of `class` takes at spawn: none where guards are page-table
+    /// markers, for then the worker that starts the task takes one from its own warm slots
+    /// (`Worker::start`). A burst of short tasks then cycles through a few warm stacks on
+    /// the workers that run them; taken here, every task queued at once held its own slot,
+    /// and a burst of 100K spawns touched tens of thousands of fresh or trimmed stacks (0.28
+    /// page faults per spawn in the spawn benchmark). Where guards are `mprotect`ed pages
+    /// each slot costs kernel mappings, and the spawn takes it, so that running out of
+    /// them is the spawn's error (README, "Supported targets").
+    pub(crate) fn take_slot(&self, class: SizeClass) -> std::io::Result<Option<Slot>> {
+        if stack::guards_are_markers() == Some(true) {
+            return Ok(None);
+        }
         match self {
-            Spawner::Worker(w) => w.slots.borrow_mut().take(class),
-            Spawner::Handle(_) => Slot::take(class),
+            Spawner::Worker(w) => w.slots.borrow_mut().take(class).map(Some),
+            Spawner::Handle(_) => Slot::take(class).map(Some),
         }
     }
 
@@ -430,7 +500,18 @@ impl Spawner<'_> {
                     return;
                 }
                 w.new_tasks.push(task);
-                w.shared.wake_idle_worker(Some(w.index));
+                // Wake-ups for a burst: the first spawn of a resume, and every
+                // WAKE_CHECK_EVERY-th after it, look for an idle worker to wake; the others
+                // skip the fence and the look (a fence per spawn was 5 % of a spawn's time).
+                // Nothing is stranded by the skip: this worker is awake and looks at its own
+                // deque before it sleeps (sched/idle.rs, "Spawns"); at most the next
+                // WAKE_CHECK_EVERY − 1 tasks wait for a thief that a later spawn, the
+                // thieves' own spinning or the monitor brings.
+                let spawns = w.spawns_this_resume.get();
+                w.spawns_this_resume.set(spawns.wrapping_add(1));
+                if spawns % WAKE_CHECK_EVERY == 0 {
+                    w.shared.wake_idle_worker(Some(w.index));
+                }
             }
             Spawner::Handle(h) => {
                 counters::OFF_WORKER.spawned();
@@ -439,6 +520,10 @@ impl Spawner<'_> {
         }
     }
 }
+
+/// Within one resume of a task, one spawn in this many looks for an idle worker to wake
+/// (`Spawner::submit`).
+const WAKE_CHECK_EVERY: u32 = 16;
 
 /// How many more live tasks than another worker a worker must have before its spawns go to
 /// that worker: a slack, so that short-lived tasks (spawn, run, finish) stay local and cheap.
@@ -507,8 +592,15 @@ pub(crate) struct Worker {
     timer_seq: Cell<u64>,
     /// Idle spins in a row that found nothing (see `idle`).
     spin_misses: Cell<u32>,
+    /// Spawns onto `new_tasks` since the running task was resumed (see `Spawner::submit`).
+    spawns_this_resume: Cell<u32>,
     /// `remote.running_name` holds a name (see there).
     named_running: Cell<bool>,
+    /// A coarse clock for the park time a dump shows: refreshed after each sleep and every
+    /// `INJECTOR_INTERVAL` picks, so a park costs a load instead of a clock read (≈25–40 ns in
+    /// this VM, a fifth of a ping-pong round trip). A park's time may read early by up to
+    /// that many task runs.
+    clock: Cell<u64>,
     /// Which live tasks have their stack depth sampled (stats.rs).
     sampler: Sampler,
 }
@@ -536,7 +628,9 @@ impl Worker {
             timers: RefCell::new(BTreeMap::new()),
             timer_seq: Cell::new(0),
             spin_misses: Cell::new(0),
+            spawns_this_resume: Cell::new(0),
             named_running: Cell::new(false),
+            clock: Cell::new(crate::debug::clock_now()),
             sampler: Sampler::default(),
         }
     }
@@ -553,6 +647,7 @@ impl Worker {
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
         self.remote.tid.store(tid, Ordering::Relaxed);
+        self.remote.activity.start();
         WORKER.with(|w| w.set(&self));
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             self.main_loop();
@@ -646,6 +741,7 @@ impl Worker {
     #[inline(never)]
     fn next_task_from_queues(&self, tick: u32) -> Option<Task> {
         if tick % INJECTOR_INTERVAL == 0 {
+            self.clock.set(crate::debug::clock_now());
             self.fire_timers();
             self.poll_io();
             if let Some(task) = self.steal_from_injector() {
@@ -653,6 +749,9 @@ impl Worker {
             }
         }
         if self.remote.flags.take_pushed() {
+            if self.remote.dump_pending() {
+                self.answer_dump();
+            }
             let mut inbox = self.remote.lock_inbox();
             self.ready.borrow_mut().extend(inbox.woken.drain(..));
             // Placed tasks join this worker's own deque, where thieves can still reach them.
@@ -721,11 +820,15 @@ impl Worker {
             }
             // Placed there by a spawn, not yet taken by that worker (it may be busy).
             if let Some(task) = self.shared.remotes[victim].take_placed() {
+                self.remote.activity.stole();
                 return Some(task);
             }
             loop {
                 match stealers[victim].steal_batch_and_pop(&self.new_tasks) {
-                    Steal::Success(task) => return Some(task),
+                    Steal::Success(task) => {
+                        self.remote.activity.stole();
+                        return Some(task);
+                    }
                     Steal::Empty => break,
                     Steal::Retry => {}
                 }
@@ -809,6 +912,7 @@ impl Worker {
                 }
             }
             self.shared.spinning.fetch_sub(1, Ordering::SeqCst);
+            self.remote.activity.idled(start.elapsed());
             if found {
                 self.spin_misses.set(0);
                 return;
@@ -819,10 +923,15 @@ impl Worker {
             }
         }
         // Going to sleep: give back the stack memory of a past burst, step by step, waking up
-        // for the next step (stack/mod.rs, "Warm slots"), and shrink parked tasks' stacks.
+        // for the next step (stack/mod.rs, "Warm slots"), shrink parked tasks' stacks, and
+        // give back the task cells of a past burst (task/alloc.rs invariant 4).
         let trim_due = match (stack::trim_idle(), self.stack_step()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
+        };
+        let trim_due = match (trim_due, crate::task::trim_cells_idle()) {
+            (Some(due), true) => Some(due.min(stack::TRIM_INTERVAL)),
+            (due, cells) => due.or(cells.then_some(stack::TRIM_INTERVAL)),
         };
         // idle.rs step 3 (the fence is inside).
         self.remote.flags.prepare_sleep();
@@ -843,6 +952,7 @@ impl Worker {
                 // Woken early by a notify (not by the timeout: timers alone never justify
                 // spinning) soon after sleeping.
                 let slept = slept.elapsed();
+                self.remote.activity.idled(slept);
                 let notified = timeout.is_none_or(|t| slept + Duration::from_micros(10) < t);
                 if notified && slept < SPIN {
                     self.spin_misses.set(0);
@@ -850,6 +960,7 @@ impl Worker {
             }
         }
         self.remote.flags.end_sleep();
+        self.clock.set(crate::debug::clock_now());
         // monitor.rs "Idle" step 2.
         self.shared.monitor_rest.worker_awake();
     }
@@ -918,6 +1029,7 @@ impl Worker {
             self.named_running.set(header.name.is_some());
         }
         super::coop::reset(); // coop.rs invariant 1
+        self.spawns_this_resume.set(0);
         let result = coroutine.resume(());
         remote.running_id.store(0, Ordering::Relaxed);
         stack::set_running(None);
@@ -949,10 +1061,73 @@ impl Worker {
         }
     }
 
-    /// Turns a never-started task into a coroutine on this worker.
+    /// Answers the dump requests queued on this worker ("Capturing a parked task"): captures
+    /// every live task, and sends the result to each requester.
+    #[cold]
+    #[inline(never)]
+    fn answer_dump(&self) {
+        let requests = self.remote.take_dump_requests();
+        if requests.is_empty() {
+            return;
+        }
+        crate::debug::answer_started(&requests, self.index);
+        let unstarted = self.new_tasks.len() + self.remote.placed_len.load(Ordering::Relaxed);
+        let mut builder = crate::debug::WorkerDumpBuilder::new(unstarted);
+        let mut capture = Box::new(crate::debug::Capture::new());
+        let live = self.live.borrow();
+        for (index, task) in live.iter() {
+            let header = task.header();
+            // SAFETY: this worker is between tasks, so it alone touches the run state of its
+            // started tasks (task/mod.rs invariant 1), and `run_task` is not running.
+            let state = unsafe { header.run_state() };
+            let RunState::Started { coroutine, .. } = state else {
+                continue;
+            };
+            // Step 1: a snapshot; an unpark from another thread may follow at once.
+            let parked = header.park.is_parked();
+            capture.prepare(header.yielder.get() as usize, header.class.bytes());
+            stack::set_running(Some(
+                header as *const Header as *const dyn stack::DescribeTask,
+            ));
+            // stack/compact.rs invariant 4: a compacted stack is restored before anything
+            // runs on it, a capture included.
+            header.stack.before_resume(header.class.bytes());
+            header.capture.set(Some(NonNull::from(&mut *capture)));
+            let result = coroutine.resume(());
+            header.capture.set(None);
+            stack::set_running(None);
+            // Step 3: no `publish_parked`, no requeue: the park state is as the task left it.
+            if !matches!(result, CoroutineResult::Yield(_)) {
+                eprintln!(
+                    "weft: worker {}: task {} did not answer a capture",
+                    self.index, header.id
+                );
+                eprintln!("weft: fatal error: capture resumed a running task");
+                std::process::abort();
+            }
+            if parked {
+                // The capture restored a compacted stack: queue it to be shrunk again.
+                self.stacks.borrow_mut().parked(&header.stack, index);
+            }
+            builder.push(header, parked, &capture);
+        }
+        drop(live);
+        crate::debug::answer(requests, builder.finish());
+    }
+
+    /// Turns a never-started task into a coroutine on this worker, on a slot from this
+    /// worker's warm ones unless the spawn took one (`Spawner::take_slot`). A task that can
+    /// get no stack does not run: its joiner gets the reason as the error (`Builder::spawn`).
     fn start(&self, task: &Task, state: &mut RunState) {
-        let RunState::New { mut slot } = std::mem::replace(state, RunState::Done) else {
+        let RunState::New { slot } = std::mem::replace(state, RunState::Done) else {
             unreachable!("start of a task that is not new");
+        };
+        let mut slot = match slot {
+            Some(slot) => slot,
+            None => match self.slots.borrow_mut().take(task.header().class) {
+                Ok(slot) => slot,
+                Err(e) => return self.fail_to_start(task, e),
+            },
         };
         slot.prepare();
         let remote = &self.remote;
@@ -978,6 +1153,18 @@ impl Worker {
         let live = self.live.borrow_mut().insert(task.clone());
         self.set_live_count(1);
         *state = RunState::Started { coroutine, live };
+    }
+
+    /// A task that got no stack at its start: reported, and cancelled with the reason. Its
+    /// closure is dropped here, on the worker's stack, as there is no stack of its own to
+    /// drop it on (a panic in that drop is caught; a drop that parks blocks the worker).
+    #[cold]
+    fn fail_to_start(&self, task: &Task, error: std::io::Error) {
+        let mut who = String::new();
+        let _ = stack::DescribeTask::describe(task.header(), &mut who);
+        let message = format!("weft: cannot start {who}): no stack: {error}");
+        eprintln!("{message}");
+        task.drop_unstarted_with(Box::new(message));
     }
 
     /// Publishes the live list's length for spawners (`less_loaded_worker`). This worker is

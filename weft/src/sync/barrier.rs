@@ -59,7 +59,11 @@ impl Barrier {
         let generation = state.1;
         state.0 += 1;
         if state.0 < self.n {
-            let _state = self.cvar.wait_while(state, |s| s.1 == generation);
+            let _state = self.cvar.wait_while_for(
+                state,
+                &mut |s| s.1 == generation,
+                crate::park::ParkReason::Barrier,
+            );
             BarrierWaitResult(false)
         } else {
             state.0 = 0;
@@ -106,7 +110,7 @@ impl Once {
         if self.done.load(Ordering::Acquire) {
             return;
         }
-        let _guard = self.lock.lock();
+        let _guard = self.lock.lock_for(crate::park::ParkReason::Once);
         if !self.done.load(Ordering::Relaxed) {
             f();
             // Release: pairs with the Acquire load above.

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
 use super::mutex::MutexGuard;
-use crate::park::Waiter;
+use crate::park::{ParkReason, Waiter};
 
 struct Node {
     notified: AtomicBool,
@@ -60,17 +60,28 @@ impl Condvar {
 
     /// Unlocks the guard's mutex, parks until notified, and locks it again.
     pub fn wait<'a, T: ?Sized>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
-        self.wait_until(guard, None).0
+        self.wait_until(guard, None, ParkReason::Condvar).0
     }
 
     /// Waits until `condition` is false, re-checking after every wakeup.
     pub fn wait_while<'a, T: ?Sized>(
         &self,
-        mut guard: MutexGuard<'a, T>,
+        guard: MutexGuard<'a, T>,
         mut condition: impl FnMut(&mut T) -> bool,
     ) -> MutexGuard<'a, T> {
+        self.wait_while_for(guard, &mut condition, ParkReason::Condvar)
+    }
+
+    /// [`wait_while`](Self::wait_while), parking with `reason` (park/reason.rs invariant 1:
+    /// `Barrier` waits on its condvar under its own name).
+    pub(crate) fn wait_while_for<'a, T: ?Sized>(
+        &self,
+        mut guard: MutexGuard<'a, T>,
+        condition: &mut dyn FnMut(&mut T) -> bool,
+        reason: ParkReason,
+    ) -> MutexGuard<'a, T> {
         while condition(&mut *guard) {
-            guard = self.wait(guard);
+            guard = self.wait_until(guard, None, reason).0;
         }
         guard
     }
@@ -81,13 +92,18 @@ impl Condvar {
         guard: MutexGuard<'a, T>,
         timeout: Duration,
     ) -> (MutexGuard<'a, T>, WaitTimeoutResult) {
-        self.wait_until(guard, Instant::now().checked_add(timeout))
+        self.wait_until(
+            guard,
+            Instant::now().checked_add(timeout),
+            ParkReason::Condvar,
+        )
     }
 
     fn wait_until<'a, T: ?Sized>(
         &self,
         guard: MutexGuard<'a, T>,
         deadline: Option<Instant>,
+        reason: ParkReason,
     ) -> (MutexGuard<'a, T>, WaitTimeoutResult) {
         let node = Arc::new(Node {
             notified: AtomicBool::new(false),
@@ -114,8 +130,8 @@ impl Condvar {
                     leaving.pass_on = !timed_out;
                     break;
                 }
-                Some(deadline) => crate::park::park_current_until(deadline),
-                None => crate::park::park_current(),
+                Some(deadline) => crate::park::park_current_until(deadline, reason),
+                None => crate::park::park_current(reason),
             }
         }
         let guard = mutex.lock();

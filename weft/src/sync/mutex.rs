@@ -79,8 +79,14 @@ impl<T> Mutex<T> {
 impl<T: ?Sized> Mutex<T> {
     /// Locks, parking the task (or blocking the thread) while another holder has it.
     pub fn lock(&self) -> MutexGuard<'_, T> {
+        self.lock_for(crate::park::ParkReason::Mutex)
+    }
+
+    /// [`lock`](Self::lock), parking with `reason` (park/reason.rs invariant 1: `Once` waits
+    /// on its mutex under its own name).
+    pub(crate) fn lock_for(&self, reason: crate::park::ParkReason) -> MutexGuard<'_, T> {
         crate::sched::coop::spend(); // sched/coop.rs invariant 2
-        self.sema.acquire(1, crate::park::park_current);
+        self.sema.acquire(1, || crate::park::park_current(reason));
         MutexGuard {
             mutex: self,
             _not_send: PhantomData,

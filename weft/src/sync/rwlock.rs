@@ -68,7 +68,9 @@ impl<T: ?Sized> RwLock<T> {
     /// Locks for reading, parking while a writer holds or waits for the lock.
     pub fn read(&self) -> RwLockReadGuard<'_, T> {
         crate::sched::coop::spend(); // sched/coop.rs invariant 2
-        self.sema.acquire(1, crate::park::park_current);
+        self.sema.acquire(1, || {
+            crate::park::park_current(crate::park::ParkReason::RwLockRead)
+        });
         RwLockReadGuard {
             lock: self,
             _not_send: PhantomData,
@@ -78,7 +80,9 @@ impl<T: ?Sized> RwLock<T> {
     /// Locks for writing, parking while anyone holds the lock.
     pub fn write(&self) -> RwLockWriteGuard<'_, T> {
         crate::sched::coop::spend(); // sched/coop.rs invariant 2
-        self.sema.acquire(MAX_PERMITS, crate::park::park_current);
+        self.sema.acquire(MAX_PERMITS, || {
+            crate::park::park_current(crate::park::ParkReason::RwLockWrite)
+        });
         RwLockWriteGuard {
             lock: self,
             _not_send: PhantomData,

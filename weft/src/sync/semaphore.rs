@@ -69,7 +69,9 @@ impl Semaphore {
     /// having queued nothing.
     pub fn acquire_many(&self, n: usize) -> SemaphorePermit<'_> {
         crate::sched::coop::spend(); // sched/coop.rs invariant 2
-        self.raw.acquire(n, crate::park::park_current);
+        self.raw.acquire(n, || {
+            crate::park::park_current(crate::park::ParkReason::Semaphore)
+        });
         SemaphorePermit {
             sem: self,
             permits: n,

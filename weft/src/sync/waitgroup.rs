@@ -103,7 +103,7 @@ impl WaitGroup {
 
     /// Parks until the count is zero.
     pub fn wait(&self) {
-        self.wait_with(crate::park::park_current);
+        self.wait_with(|| crate::park::park_current(crate::park::ParkReason::WaitGroup));
     }
 
     pub(crate) fn wait_with(&self, park: impl Fn()) {

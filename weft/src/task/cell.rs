@@ -21,7 +21,9 @@
 //!
 //! Why one allocation: the spawn path allocated the header, the join slot and the boxed closure
 //! separately; glibc's malloc and free, with frees on another thread than the allocation, were
-//! 37% of the instructions of the million example (callgrind).
+//! 37% of the instructions of the million example (callgrind). The allocation itself comes from
+//! per-thread caches by size class (task/alloc.rs), since the cell is usually freed on another
+//! worker than the one that spawned it.
 //!
 //! Why a vtable and a thin pointer rather than `Arc<dyn TaskCell>`: every wake and park passes
 //! the task around; a fat pointer made each one recompute where the header sits inside the
@@ -35,6 +37,7 @@ use std::ptr::NonNull;
 
 use std::sync::atomic::Ordering;
 
+use super::alloc;
 use super::join::{Completion, JoinSlot};
 use super::{interrupt, Cancelled, Header};
 use crate::park::Waiter;
@@ -44,8 +47,9 @@ pub(crate) struct CellVtable {
     /// Runs the closure on the current stack and completes the join slot; returns the joiner
     /// to wake once the task has fully switched out (invariant 1: called once, by the starter).
     pub(crate) run: unsafe fn(NonNull<Header>) -> Option<Waiter>,
-    /// Drops the closure of a task that never started and tells its joiner (invariant 1).
-    pub(crate) cancel: unsafe fn(NonNull<Header>),
+    /// Drops the closure of a task that never started and tells its joiner, with the given
+    /// error payload (invariant 1).
+    pub(crate) cancel: unsafe fn(NonNull<Header>, Box<dyn Any + Send>),
     /// Tells the joiner of a started task whose frames are leaked at shutdown, never to run
     /// again, that it will not finish (invariant 2: it never completes otherwise).
     pub(crate) abandon: unsafe fn(NonNull<Header>),
@@ -132,11 +136,11 @@ where
 
     /// # Safety
     /// As [`CellVtable::cancel`].
-    unsafe fn cancel(header: NonNull<Header>) {
+    unsafe fn cancel(header: NonNull<Header>, why: Box<dyn Any + Send>) {
         // SAFETY: the caller's contract.
         let cell = unsafe { Self::from_header(header) };
         drop_in_task(cell.take_body());
-        cell.complete_without_result(Cancelled::SHUTDOWN);
+        cell.complete_without_result(why);
     }
 
     /// # Safety
@@ -145,12 +149,12 @@ where
     unsafe fn abandon(header: NonNull<Header>) {
         // SAFETY: the caller's contract.
         let cell = unsafe { Self::from_header(header) };
-        cell.complete_without_result(Cancelled::LEAKED);
+        cell.complete_without_result(Box::new(Cancelled::LEAKED));
     }
 
     /// Completes the join slot with an error payload and wakes the joiner.
-    fn complete_without_result(&self, why: Cancelled) {
-        match self.join.complete(Err(Box::new(why))) {
+    fn complete_without_result(&self, why: Box<dyn Any + Send>) {
+        match self.join.complete(Err(why)) {
             Completion::Joined(Some(joiner)) => joiner.wake(),
             Completion::Joined(None) | Completion::Detached(_) => {}
         }
@@ -161,10 +165,10 @@ where
     unsafe fn free(header: NonNull<Header>) {
         let cell = header.cast::<Self>().as_ptr();
         // SAFETY: the caller's contract: nothing can reach the cell any more; `allocate` made
-        // it with this layout from this allocator.
+        // it with this layout from task/alloc.rs.
         unsafe {
             cell.drop_in_place();
-            std::alloc::dealloc(cell.cast(), Layout::new::<Self>());
+            alloc::free(header.cast(), Layout::new::<Self>());
         }
     }
 }
@@ -201,12 +205,8 @@ where
     T: Send + 'static,
 {
     header.vtable = vtable::<F, T>();
-    let layout = Layout::new::<Cell<F, T>>();
-    // SAFETY: the layout is not zero-sized: it holds a header.
-    let memory = unsafe { std::alloc::alloc(layout) }.cast::<Cell<F, T>>();
-    let Some(memory) = NonNull::new(memory) else {
-        std::alloc::handle_alloc_error(layout);
-    };
+    // The layout is not zero-sized: it holds a header.
+    let memory = alloc::allocate(Layout::new::<Cell<F, T>>()).cast::<Cell<F, T>>();
     let cell = Cell {
         header,
         join: JoinSlot::new(),

@@ -216,7 +216,9 @@ impl<T: 'static> JoinHandle<T> {
     pub fn join(self) -> thread::Result<T> {
         // A joiner cancelled while it waits unwinds out of `wait`: then `self` drops as usual
         // and detaches, so the task drops its result itself (invariant 4).
-        let result = self.slot().wait(Waiter::current, crate::park::park_current);
+        let result = self.slot().wait(Waiter::current, || {
+            crate::park::park_current(crate::park::ParkReason::Join)
+        });
         // The result is taken, so `Drop`'s detach step has nothing to do: skip it.
         let this = std::mem::ManuallyDrop::new(self);
         // SAFETY: `this` is never used or dropped again; its task reference is dropped once.
@@ -256,7 +258,7 @@ impl<T: 'static> JoinHandle<T> {
             if std::time::Instant::now() >= deadline {
                 return false;
             }
-            crate::park::park_current_until(deadline);
+            crate::park::park_current_until(deadline, crate::park::ParkReason::Join);
             true
         };
         // A joiner cancelled while it waits unwinds out of `wait_timed` with its waiter

@@ -11,12 +11,12 @@
 //! | `home`       | written once by the first worker to run the task, before the task runs; read by wakers only after they saw the task PARKED (invariant 2) |
 //! | `run`        | the task's worker only (invariant 1)                                  |
 //! | `interrupt`  | anyone sets bits (`Task::cancel`, a cancelled `Context`, shutdown); the task reads them at its parks and clears `SCOPE` |
-//! | `yielder`, `unwinding`, `locals`, `stack` | the task's worker and the task itself, on that worker's thread |
+//! | `yielder`, `unwinding`, `locals`, `stack`, `capture` | the task's worker and the task itself, on that worker's thread |
 //!
 //! Invariants:
 //! 1. A task that has started runs on one OS thread for its whole life: its coroutine is
 //!    created by the worker that first runs it, is resumed only by that worker, and is dropped
-//!    only by it. Only `RunState::New` tasks — a `Send` closure and a slot of memory —
+//!    only by it. Only `RunState::New` tasks — a `Send` closure and at most a slot of memory —
 //!    are ever moved between threads (stolen). This is what makes thread-locals and `!Send`
 //!    values on a task's stack sound (rust-lang/rust#136044: the compiler may keep a
 //!    thread-local's address across a switch).
@@ -36,10 +36,12 @@
 //!
 //! May call: `stack`, `park`, `sched` (to submit a spawned task). Called by: everything above.
 
+mod alloc;
 mod cell;
 mod join;
 pub(crate) mod local;
 
+pub(crate) use alloc::trim_idle as trim_cells_idle;
 pub use join::JoinHandle;
 pub use local::LocalKey;
 
@@ -168,7 +170,10 @@ pub(crate) type TaskCoroutine = Coroutine<(), Suspend, Option<Waiter>, Slot>;
 /// Where a task is in its life (invariant 1).
 pub(crate) enum RunState {
     /// Spawned, never run: may still be stolen by any worker. Its closure is in its cell.
-    New { slot: Slot },
+    /// Its slot is taken by the worker that starts it, from that worker's own warm slots
+    /// (`slot: None`), except where a guard costs kernel mappings: there the spawn takes it,
+    /// so that running out of mappings is the spawn's error (`Spawner::take_slot`).
+    New { slot: Option<Slot> },
     /// Running or suspended on its home worker; `live` is its index in that worker's live list.
     Started {
         coroutine: TaskCoroutine,
@@ -197,6 +202,9 @@ pub(crate) struct Header {
     /// The task's task-locals and bound contexts (task/local.rs), allocated at first use;
     /// null until then. Never dropped with the header: the task drops it when it ends.
     pub(crate) locals: Cell<*mut local::TaskLocals>,
+    /// Set by the task's worker around a resume that asks the task to record where it waits
+    /// instead of running (sched/worker.rs, "Capturing a parked task").
+    pub(crate) capture: Cell<Option<NonNull<crate::debug::Capture>>>,
     /// The task was unwinding when it last parked (sched/worker.rs, "Parking while
     /// panicking").
     pub(crate) unwinding: Cell<bool>,
@@ -205,7 +213,7 @@ pub(crate) struct Header {
 }
 
 // SAFETY: the fields that are not Sync on their own are confined as the table in the module
-// doc says: `run`, `yielder`, `unwinding` and `locals` are touched only on the task's home worker thread
+// doc says: `run`, `yielder`, `unwinding`, `locals` and `capture` are touched only on the task's home worker thread
 // (invariant 1), or, for `run` in state New, by whichever single worker popped the task from a
 // queue; `home` is written once before it can be read elsewhere (invariant 2).
 unsafe impl Sync for Header {}
@@ -324,10 +332,16 @@ impl Task {
         unsafe { (self.header().vtable.run)(self.header) }
     }
 
-    /// Drops the closure of a task that never started and tells its joiner.
+    /// Drops the closure of a task that never started (shutdown) and tells its joiner.
     pub(crate) fn drop_unstarted(&self) {
+        self.drop_unstarted_with(Box::new(Cancelled::SHUTDOWN));
+    }
+
+    /// Drops the closure of a task that never started and tells its joiner: `join` returns
+    /// `why` as the error payload (a [`Cancelled`], or why the task could get no stack).
+    pub(crate) fn drop_unstarted_with(&self, why: Box<dyn std::any::Any + Send>) {
         // SAFETY: as in `run`; the caller popped the never-started task from a queue.
-        unsafe { (self.header().vtable.cancel)(self.header) }
+        unsafe { (self.header().vtable.cancel)(self.header, why) }
     }
 
     /// Tells the joiner of a started task leaked at shutdown that it will never finish.
@@ -511,15 +525,17 @@ pub fn try_current() -> Option<Task> {
 /// spurious: call it in a loop that checks a condition. On a plain OS thread this is
 /// `std::thread::park`.
 pub fn park() {
-    crate::park::park_current();
+    crate::park::park_current(crate::park::ParkReason::Park);
 }
 
 /// Like [`park`], but returns after `timeout` at the latest, like
 /// `std::thread::park_timeout`.
 pub fn park_timeout(timeout: std::time::Duration) {
     match std::time::Instant::now().checked_add(timeout) {
-        Some(deadline) => crate::park::park_current_until(deadline),
-        None => park(),
+        Some(deadline) => {
+            crate::park::park_current_until(deadline, crate::park::ParkReason::ParkTimeout)
+        }
+        None => crate::park::park_current(crate::park::ParkReason::ParkTimeout),
     }
 }
 
@@ -560,8 +576,12 @@ impl Builder {
     /// Spawns `f` as a new task on the current runtime and returns its handle.
     ///
     /// # Errors
-    /// When no stack can be had: an invalid size, exhausted address space, or — on kernels
-    /// without `MADV_GUARD_INSTALL` — the `vm.max_map_count` limit (the error names it).
+    /// An invalid stack size; on kernels without `MADV_GUARD_INSTALL`, also when no stack can
+    /// be had: exhausted address space or the `vm.max_map_count` limit (the error names it).
+    /// Elsewhere the task takes its stack when it starts, from its worker's warm slots (so a
+    /// burst of short tasks reuses a few stacks instead of touching fresh ones); if none can
+    /// be had then, the task does not run, its `join` returns an error that says why, and
+    /// the reason is printed on stderr.
     /// When the runtime is in the grace period of [`crate::Runtime::shutdown_timeout`]: new
     /// tasks are refused then (the error says so).
     ///
@@ -629,6 +649,7 @@ impl Builder {
                 yielder: Cell::new(std::ptr::null()),
                 interrupt: AtomicU8::new(0),
                 locals: Cell::new(std::ptr::null_mut()),
+                capture: Cell::new(None),
                 unwinding: Cell::new(false),
                 stack: stack::ParkedStack::default(),
             };

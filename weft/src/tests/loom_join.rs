@@ -5,7 +5,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 use crate::join::{Completion, JoinSlot};
-use crate::park::{park_current, Waiter};
+use crate::park::{park_current, ParkReason, Waiter};
 
 fn model(result: fn() -> std::thread::Result<usize>, check: fn(std::thread::Result<usize>)) {
     loom::model(move || {
@@ -18,7 +18,7 @@ fn model(result: fn() -> std::thread::Result<usize>, check: fn(std::thread::Resu
                 }
             })
         };
-        check(slot.wait(Waiter::current, park_current));
+        check(slot.wait(Waiter::current, || park_current(ParkReason::Join)));
         task.join().unwrap();
     });
 }
@@ -85,7 +85,7 @@ fn loom_join_timeout_races_the_completion() {
         task.join().unwrap();
         let result = match first {
             Some(result) => result,
-            None => slot.wait(Waiter::current, park_current),
+            None => slot.wait(Waiter::current, || park_current(ParkReason::Join)),
         };
         assert_eq!(result.unwrap(), 7);
     });

@@ -35,7 +35,7 @@ pub fn sleep(duration: Duration) {
     match Instant::now().checked_add(duration) {
         Some(deadline) => sleep_until(deadline),
         None => loop {
-            crate::park::park_current();
+            crate::park::park_current(crate::park::ParkReason::Sleep);
         },
     }
 }
@@ -49,7 +49,7 @@ pub fn sleep_until(deadline: Instant) {
         }
         // On a plain thread too a park (not `std::thread::sleep`), so that a cancelled
         // `Context` the thread is bound to ends the sleep.
-        crate::park::park_current_until(deadline);
+        crate::park::park_current_until(deadline, crate::park::ParkReason::Sleep);
     }
 }
 

@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests: bounded waits, so that a regression fails a test
-//! instead of hanging CI, and a quiet panic hook for tests that panic on purpose.
+//! instead of hanging CI, a quiet panic hook for tests that panic on purpose, and the metrics
+//! tests' watchdog and stack user.
 
 #![allow(dead_code)] // each test binary uses some of them
 
@@ -74,4 +75,79 @@ pub fn use_stack<const N: usize>() -> u8 {
         buf[i] = i as u8;
     }
     std::hint::black_box(&buf)[N - 1]
+}
+
+/// A monitor report, as collected by [`runtime_with_reports`].
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The worker was blocked (in a system call or on a futex), not computing.
+    pub blocked: bool,
+    pub text: String,
+}
+
+/// A runtime of `workers` whose monitor reports are collected in the returned list.
+pub fn runtime_with_reports(
+    workers: usize,
+) -> (weft::Runtime, std::sync::Arc<std::sync::Mutex<Vec<Report>>>) {
+    let reports = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = reports.clone();
+    let runtime = weft::Runtime::builder()
+        .workers(workers)
+        .monitor_report(move |report| {
+            let blocked = !matches!(report.activity, weft::sched::StuckActivity::Computing);
+            let text = report.to_string();
+            sink.lock().unwrap().push(Report { blocked, text });
+        })
+        .build()
+        .unwrap();
+    (runtime, reports)
+}
+
+/// Panics if any collected report says a worker was blocked; prints the others (a worker
+/// computing for 10 ms happens on a loaded machine: first-touch page faults of fresh stacks).
+pub fn assert_never_blocked(reports: &std::sync::Mutex<Vec<Report>>) {
+    let reports = reports.lock().unwrap();
+    for report in reports.iter().filter(|r| !r.blocked) {
+        eprintln!("(not a blocked worker) {}", report.text);
+    }
+    let blocked: Vec<_> = reports.iter().filter(|r| r.blocked).collect();
+    assert!(
+        blocked.is_empty(),
+        "the monitor reported blocked workers: {blocked:#?}"
+    );
+}
+
+/// Runs the test `child` of this test binary in a subprocess, alone, with `env` set to "1"
+/// (the child test does its work only then); asserts it succeeded and returns what follows
+/// `RESULT ` on its output, with its stderr.
+pub fn child_result(child: &str, env: &str) -> (String, String) {
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", child, "--nocapture", "--test-threads=1"])
+        .env(env, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let result = stdout
+        .lines()
+        .find_map(|l| Some(l[l.find("RESULT ")? + 7..].to_owned()))
+        .unwrap_or_else(|| panic!("no result: {stdout}\n{stderr}"));
+    (result, stderr)
+}
+
+/// GETs `path` from `addr` with a plain std socket (HTTP/1.1, the server closes); returns
+/// the status line and the body.
+pub fn http_get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").expect("no header end");
+    let status = head.lines().next().unwrap_or("").to_string();
+    (status, body.to_string())
 }
