@@ -394,3 +394,23 @@ fn cancel_unwinds_a_task_waiting_for_a_compute_job_and_the_job_runs_on() {
     }
     assert_eq!(rt.block_on(|| weft::task::compute(|| 4)), 4);
 }
+
+#[test]
+fn cancel_unwinds_a_task_parked_in_a_socket_write() {
+    use std::io::Write;
+    let rt = rt();
+    let listener = weft::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    // The peer never reads: the writer fills both buffers and parks.
+    let _peer = std::net::TcpStream::connect(addr).unwrap();
+    let (conn, _) = listener.accept().unwrap();
+    cancel_parked(&rt, "write", move || {
+        let mut conn = conn;
+        let chunk = vec![0u8; 64 * 1024];
+        loop {
+            if conn.write(&chunk).is_err() {
+                return;
+            }
+        }
+    });
+}

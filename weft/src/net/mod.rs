@@ -40,15 +40,22 @@
 //!
 //! May call: `sched::io`, `park`, `task` (spawn_blocking). Called by: users.
 //!
+//! Closing from elsewhere: [`TcpListener::close`], [`TcpStream::close`] and
+//! [`UdpSocket::close`] take `&self`, so a handle shared (an `Arc`) with the task blocked in
+//! `accept`, `read` or `write` can stop it: the blocked call returns an error for which
+//! [`is_closed`] is true (Go's `net.ErrClosed`), see `net/close.rs`.
+//!
 //! Timeouts: a read or write timeout that expires returns `ErrorKind::TimedOut` (std returns
 //! `WouldBlock` on Unix for its `SO_RCVTIMEO`); the timeout is per handle, not shared with
 //! clones as std's socket option is.
 
+mod close;
 mod resolve;
 mod sys;
 mod tcp;
 mod udp;
 
+pub use close::{is_closed, Closed};
 pub use resolve::{lookup_host, ToSocketAddrs};
 pub use tcp::{Incoming, TcpListener, TcpStream};
 pub use udp::UdpSocket;
@@ -69,6 +76,8 @@ pub(crate) fn timed_out() -> io::Error {
 /// A non-blocking socket and the machinery to wait on it (module invariants 1–2).
 pub(crate) struct Source<T: AsFd> {
     readiness: Arc<Readiness>,
+    /// Set by `close` (net/close.rs invariant 1).
+    closing: close::Closing,
     /// Declared last: dropped after `Drop::drop` deregistered it.
     io: T,
 }
@@ -81,6 +90,7 @@ impl<T: AsFd> Source<T> {
         crate::interpose::mark_weft(io.as_fd().as_raw_fd());
         Source {
             readiness: Arc::default(),
+            closing: close::Closing::default(),
             io,
         }
     }
@@ -101,6 +111,7 @@ impl<T: AsFd> Source<T> {
         crate::sched::coop::spend(); // sched/coop.rs invariant 2
         let mut deadline: Option<Instant> = None;
         loop {
+            self.closing.check()?;
             let seen = self.readiness.seq(dir);
             match op(&self.io) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -131,6 +142,7 @@ impl<T: AsFd> Source<T> {
         // clears the hint there (sched/io.rs step 5).
         let mut waited = false;
         loop {
+            self.closing.check()?;
             let seen = self.readiness.seq(dir);
             let skip = !waited && self.readiness.is_drained(dir, seen) && reactor::in_task();
             if !skip {
@@ -150,6 +162,25 @@ impl<T: AsFd> Source<T> {
             self.wait(dir, seen, deadline, reason)?;
             waited = true;
         }
+    }
+
+    /// Closes the socket for every user of this handle (net/close.rs): operations fail with
+    /// [`Closed`] from now on, and those waiting — parked tasks, plain threads in `poll(2)` —
+    /// wake and fail with it. The descriptor stays open until the handle drops (invariant 2
+    /// of close.rs). A second call does nothing.
+    pub(crate) fn close(&self) {
+        if !self.closing.close() {
+            return;
+        }
+        // Not connected (a listener, a stream never connected or already shut down) is
+        // fine: the flag and the wake below are what the waiters see.
+        let _ = sys::shutdown_both(self.io.as_fd());
+        self.readiness.wake_all();
+    }
+
+    /// Whether `close` was called.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closing.check().is_err()
     }
 
     /// Waits for `dir` readiness: a task parks (sched/io.rs steps 2–4), a plain thread blocks

@@ -1,5 +1,6 @@
 //! The Linux socket calls `weft::net` needs beyond std: non-blocking socket creation, accept4,
-//! non-blocking connect, and a `poll(2)` wait for plain threads.
+//! non-blocking connect, `shutdown(2)` of any socket (a listener too), and a `poll(2)` wait
+//! for plain threads.
 //!
 //! Owns: nothing; every function works on descriptors its caller owns.
 //!
@@ -181,6 +182,13 @@ pub(crate) fn take_connect_result(stream: &std::net::TcpStream) -> io::Result<()
 
 /// Blocks the calling OS thread until `fd` is ready in `dir` or `deadline` passes
 /// (`TimedOut`): the plain-thread half of `Source::do_io`.
+/// `shutdown(fd, SHUT_RDWR)` on any socket, a listener included (std has it for streams only):
+/// wakes every thread blocked in `poll(2)` or `accept` on it (net/close.rs).
+pub(crate) fn shutdown_both(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: `fd` is borrowed, so open for the call; shutdown(2) touches no memory of ours.
+    cvt(unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_RDWR) }).map(drop)
+}
+
 pub(crate) fn poll_fd(fd: RawFd, dir: Direction, deadline: Option<Instant>) -> io::Result<()> {
     let events = match dir {
         Direction::Read => libc::POLLIN,

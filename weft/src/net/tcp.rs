@@ -64,9 +64,22 @@ impl TcpListener {
         Ok((TcpStream::from_nonblocking(stream), addr))
     }
 
-    /// An endless iterator over accepted connections, like std's.
+    /// An iterator over accepted connections, like std's; it ends when the listener is
+    /// closed ([`close`](Self::close)), so `for conn in listener.incoming()` stops then.
     pub fn incoming(&self) -> Incoming<'_> {
         Incoming { listener: self }
+    }
+
+    /// Closes the listener from anywhere, like Go's `ln.Close()`: an `accept` parked on it —
+    /// in a task or a plain thread — returns an error for which
+    /// [`net::is_closed`](super::is_closed) is true, and so does every later `accept`;
+    /// [`incoming`](Self::incoming) ends. Share the listener (an `Arc`) with the accepting
+    /// task to call it. The socket stops listening at once (`shutdown(2)`); its descriptor is
+    /// closed when the listener is dropped. A second call does nothing. A
+    /// [`try_clone`](Self::try_clone)d handle sees the socket shut down (its `accept` fails
+    /// with the system's error) but not this handle's closed state.
+    pub fn close(&self) {
+        self.source.close();
     }
 
     /// The address it listens on.
@@ -125,7 +138,8 @@ impl AsRawFd for TcpListener {
     }
 }
 
-/// The iterator of [`TcpListener::incoming`]; never returns `None`.
+/// The iterator of [`TcpListener::incoming`]; returns `None` only once the listener is
+/// closed.
 #[derive(Debug)]
 pub struct Incoming<'a> {
     listener: &'a TcpListener,
@@ -135,7 +149,10 @@ impl Iterator for Incoming<'_> {
     type Item = io::Result<TcpStream>;
 
     fn next(&mut self) -> Option<io::Result<TcpStream>> {
-        Some(self.listener.accept().map(|(stream, _)| stream))
+        match self.listener.accept() {
+            Err(_) if self.listener.source.is_closed() => None,
+            result => Some(result.map(|(stream, _)| stream)),
+        }
     }
 }
 
@@ -231,6 +248,18 @@ impl TcpStream {
     /// As `shutdown(2)`.
     pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
         self.source.get_ref().shutdown(how)
+    }
+
+    /// Closes the connection from anywhere, like Go's `conn.Close()`: a `read`, `write` or
+    /// `peek` parked on this handle — in a task or a plain thread — returns an error for which
+    /// [`net::is_closed`](super::is_closed) is true, and so does every later one on it. Share
+    /// the stream (an `Arc`, `Read`/`Write` work on `&TcpStream`) to call it from another
+    /// task. Both directions are shut down at once (`shutdown(2)`: the peer reads end of
+    /// file), so a [`try_clone`](Self::try_clone)d handle's operations end too (with the
+    /// system's result: end of file, `EPIPE`); the descriptor is closed when the stream is
+    /// dropped. A second call does nothing.
+    pub fn close(&self) {
+        self.source.close();
     }
 
     /// A new handle to the same connection (`dup`), e.g. for a reader task and a writer task.

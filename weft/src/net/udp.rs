@@ -47,6 +47,14 @@ impl UdpSocket {
         })
     }
 
+    /// Closes the socket from anywhere, like Go's `conn.Close()`: a `send`, `recv`,
+    /// `send_to` or `recv_from` parked on it returns an error for which
+    /// [`net::is_closed`](super::is_closed) is true, and so does every later one. The
+    /// descriptor is closed when the socket is dropped. A second call does nothing.
+    pub fn close(&self) {
+        self.source.close();
+    }
+
     /// Sets the default destination and the only source datagrams are received from.
     ///
     /// # Errors

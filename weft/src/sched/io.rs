@@ -421,6 +421,14 @@ impl Readiness {
         self.bump_locked(&mut lists, dir as usize, read_closed);
     }
 
+    /// Both directions, for a socket closed with `close` (net/close.rs): every waiter wakes,
+    /// retries, and sees the closed flag.
+    pub(crate) fn wake_all(&self) {
+        let mut lists = self.lock();
+        self.bump_locked(&mut lists, Direction::Read as usize, false);
+        self.bump_locked(&mut lists, Direction::Write as usize, false);
+    }
+
     /// Bumps `d`'s sequence number and wakes its waiters; `lists` is this readiness's, locked.
     fn bump_locked(&self, lists: &mut WaitLists, d: usize, read_closed: bool) {
         if read_closed {

@@ -219,7 +219,9 @@ pub(crate) struct Header {
 unsafe impl Sync for Header {}
 // SAFETY: a Header moves between threads behind its task's references. Its `RunState::New` content
 // is a slot of memory; a `Started` coroutine, which is not `Send`, is only ever dropped on its
-// home thread (invariant 3).
+// home thread (invariant 3). `locals` (which may hold `!Send` values) is made by the task on its
+// home thread and dropped there when the task ends (task/local.rs invariant 3), or leaked with
+// a leaked stack; it is never dropped with the header.
 unsafe impl Send for Header {}
 
 impl Header {
