@@ -1,12 +1,15 @@
-//! A TCP echo server with cancellation and graceful shutdown: Enter stops it.
+//! A TCP echo server with cancellation and graceful shutdown on SIGINT or SIGTERM.
 use std::io::{Read, Write};
-use std::time::Duration;
 
+use signal_hook::{consts::*, iterator::Signals};
 use weft::context::Context;
 
 fn main() -> std::io::Result<()> {
     let rt = weft::Runtime::new()?;
-    let listener = weft::net::TcpListener::bind("127.0.0.1:7000")?;
+    let mut signals = Signals::new([SIGINT, SIGTERM])?;
+    let addr = std::env::args().nth(1).unwrap_or("127.0.0.1:7000".into());
+    let listener = weft::net::TcpListener::bind(addr)?;
+    eprintln!("echo on {}", listener.local_addr()?);
     let stop = Context::new();
     let accepting = stop.clone();
     // Bound to `stop`: its `cancel()` ends the parked `accept` and the loop.
@@ -26,13 +29,11 @@ fn main() -> std::io::Result<()> {
             }
         })
     });
-    eprintln!("echo on 127.0.0.1:7000; press Enter to stop");
-    std::io::stdin().read_line(&mut String::new())?; // or a SIGTERM handler
-    stop.cancel(); // stop accepting
-    let accepted = server.join().unwrap(); // Err(ContextError::Cancelled)
-    assert!(accepted.is_err());
-    // Connections get 5 s to finish; then the rest are cancelled (destructors run).
-    let clean = rt.shutdown_timeout(Duration::from_secs(5));
+    signals.forever().next(); // the first SIGINT or SIGTERM: stop accepting
+    stop.cancel();
+    assert!(server.join().unwrap().is_err()); // Err(ContextError::Cancelled)
+                                              // Connections get 5 s to finish; then the rest are cancelled (destructors run).
+    let clean = rt.shutdown_timeout(std::time::Duration::from_secs(5));
     eprintln!("stopped; every connection finished in time: {clean}");
     Ok(())
 }
