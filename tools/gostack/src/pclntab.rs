@@ -92,7 +92,7 @@ pub struct Func {
     /// the SP it was entered with (locals, outgoing arguments, saved frame pointer).
     pub max_sp: u32,
     /// The `_func` record's `funcID` byte: 0 for an ordinary function, else the runtime's
-    /// code for a special one ([`Table::wrapper_func_id`] marks generated wrappers).
+    /// code for a special one (one code marks generated wrappers, see `binary.rs`).
     pub func_id: u8,
 }
 
