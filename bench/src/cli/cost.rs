@@ -10,6 +10,12 @@
 //! - thread limit: Go with `debug.SetMaxThreads(10)` and 40 goroutines that lock an OS
 //!   thread each dies ("fatal error: thread exhaustion"); weft with `max_threads(10)` and 40
 //!   concurrent `try_spawn_blocking` calls returns an error to the calls past the limit.
+//!
+//! May call: `runner`, `probe` (its programs, for the memory row), `chart`, `report`.
+//!
+//! Why each operation in its own process and round: a figure of a few hundred nanoseconds
+//! moves with the other work on the machine, and the runner's alternation pairs each weft
+//! run with a peer run next to it in time.
 
 use serde_json::{json, Value};
 

@@ -7,10 +7,16 @@
 //! batches of 64 every 15 ms, then R rounds of 32-byte pings, all at once (burst) or each
 //! delayed by up to 2 ms (staggered). Figures: dial and RTT percentiles, round trips/s,
 //! Little's law (throughput × mean RTT next to the in-flight count sampled every ms), the
-//! server's CPU time (user + system, accepts included) per round trip, and its peak RSS
-//! growth and page tables per connection.
+//! server's CPU time (user + system, accepts included, read with `wait4` when the server is
+//! reaped) per round trip, and its peak RSS growth and page tables per connection.
 //!
-//! The client shares the CPUs with the server: round trips/s measure both together.
+//! Owns: the server processes of one run (`Server`: killed and reaped when done).
+//! May call: `runner` (the client is `weft-bench peer loadtest`), `/proc/PID/*`.
+//!
+//! Why a fresh server per run: a server that has served a load keeps its grown heap, stack
+//! pool and descriptor table, so the next load would measure a warm server against cold
+//! peers. The client shares the CPUs with the server: round trips/s measure both together,
+//! which is why CPU per round trip is reported next to them.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -66,12 +72,15 @@ fn loads(size: crate::cli::runner::Size) -> Vec<Load> {
 struct Server {
     child: Child,
     addr: String,
+    reaped: bool,
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if !self.reaped {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 
@@ -97,6 +106,7 @@ impl Server {
         let mut server = Server {
             child,
             addr: String::new(),
+            reaped: false,
         };
         let line = rx
             .recv_timeout(Duration::from_secs(10))
@@ -113,6 +123,27 @@ impl Server {
 
     fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Kills the server and returns the user + system CPU seconds of its whole life, to the
+    /// microsecond (the kernel's account of a reaped child, threads that ended included).
+    fn finish(mut self) -> Result<f64, String> {
+        let _ = self.child.kill();
+        let pid = self.child.id() as libc::pid_t;
+        let mut status = 0;
+        // SAFETY: `usage` is a plain struct on this stack that wait4 fills in; `pid` is our
+        // own child, not reaped yet (`reaped` is false until here).
+        let (got, usage) = unsafe {
+            let mut usage: libc::rusage = std::mem::zeroed();
+            let got = libc::wait4(pid, &mut status, 0, &mut usage);
+            (got, usage)
+        };
+        if got != pid {
+            return Err(format!("wait4: {}", std::io::Error::last_os_error()));
+        }
+        self.reaped = true;
+        let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        Ok(tv(usage.ru_utime) + tv(usage.ru_stime))
     }
 }
 
@@ -171,8 +202,8 @@ fn one_run(server: &Cmd, load: Load) -> Result<Value, String> {
         r
     })?;
     let hwm = status_bytes(pid, "VmHWM");
-    let cpu = cpu_seconds(pid) - cpu0;
-    drop(s);
+    // The start-up's CPU (before the load) is read in clock ticks: 0 or 1 as a rule.
+    let cpu = s.finish()? - cpu0;
     let mut v = result;
     let rtts = v["rtt_count"].as_f64().unwrap_or(0.0).max(1.0);
     let conns = load.conns as f64;

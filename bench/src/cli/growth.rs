@@ -11,6 +11,12 @@
 //! every measured run, and `weft-gostack analyze` (its library: the same code) reads each
 //! with the Go binary: the share of CPU in stack growth and the starting stack size that
 //! would have avoided it.
+//!
+//! May call: `runner`, `weft_gostack` (its library), `chart`, `report`.
+//!
+//! Why a new unit per request: Go reuses a goroutine's stack only at its starting size, so a
+//! fresh goroutine pays the growth again; this is the pattern (a goroutine per request or
+//! connection with a deep handler) where golang/go#18138 found the copying cost.
 
 use std::cell::Cell;
 use std::path::PathBuf;

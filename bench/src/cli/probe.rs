@@ -7,6 +7,12 @@
 //! there (as the original goroutine experiment did) and also reports `StackInuse` ÷
 //! goroutines; the others wait 200 ms. tokio has no stack: in modes 8k/64k its task holds a
 //! buffer of that size across its await, the nearest equivalent.
+//!
+//! May call: `runner` (each unit count and mode in fresh processes), `chart`, `report`.
+//!
+//! Why RSS plus page tables: `VmRSS` leaves page tables out (shared/FACTS.md), and a stack
+//! that touches one page per slot pays for page tables too; and why both readings: Go
+//! gives memory back only at a GC, so "all parked" and "settled" answer different questions.
 
 use serde_json::{json, Value};
 
