@@ -154,6 +154,15 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
             .collect();
         Summary::of(&v)
     };
+    let profile = go
+        .runs
+        .iter()
+        .flatten()
+        .find_map(|r| r.get("profile")?.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "PROFILE".into());
+    let go_bin = go_exe
+        .as_ref()
+        .map_or("GO-BINARY".into(), |p| p.display().to_string());
     let growth_text = match (gostack("growth_share"), gostack("recommended_start_bytes")) {
         (Some(share), start) => {
             let pct = scale(share, 100.0);
@@ -167,8 +176,8 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
                 "Go's CPU in stack growth (`runtime.morestack`/`newstack`/`copystack` and below): \
                  **{}%** of its CPU; recommended starting stack: **{start}**{removes}. \
                  Computed by `weft-gostack analyze` on each measured run's CPU profile \
-                 (`weft-gostack analyze --binary target/go/growth --profile \
-                 target/weft-bench/growth-profiles/go-cpu-1.pprof` shows one in full).",
+                 (`weft-gostack analyze --binary {go_bin} --profile {profile}` shows the \
+                 first in full).",
                 cell(Some(pct))
             )
         }

@@ -179,7 +179,7 @@ pub fn write(out: &Path) -> Result<PathBuf, String> {
     for (k, v) in &head {
         md += &format!("- **{k}**: {v}\n");
     }
-    md += "\nEvery figure is the median of its measured runs, with the min–max in brackets. \
+    md += "\nEvery figure is the median of its measured runs, with the min–max in parentheses. \
            Before the measured runs each program ran once unmeasured (a warm-up that touches \
            the memory the measured runs will use); then the peers alternated, A B A B, so \
            that run *i* of two peers are neighbours in time. A ratio weft/peer is the median \

@@ -344,3 +344,84 @@ pub fn go_program(name: &str) -> Result<PathBuf, String> {
         })
         .clone()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    fn ctx(runs: usize) -> Ctx {
+        Ctx {
+            size: Size::Tiny,
+            runs,
+            out: std::env::temp_dir(),
+            json: true,
+            raw: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn peers_alternate_after_one_warm_up_each() {
+        let order = RefCell::new(Vec::new());
+        let order = &order;
+        let program = |peer: &'static str| Program {
+            peer,
+            run: Ok(Box::new(move || {
+                order.borrow_mut().push(peer);
+                Ok(json!({"n": order.borrow().len()}))
+            }) as RunOnce<'_>),
+        };
+        let skipped = Program {
+            peer: "go",
+            run: Err("no Go toolchain".into()),
+        };
+        let mut c = ctx(2);
+        let pb = ProgressBar::hidden();
+        let out = alternate(
+            &mut c,
+            &pb,
+            "t",
+            json!({}),
+            vec![program("weft"), skipped, program("tokio")],
+        );
+        assert_eq!(
+            *order.borrow(),
+            ["weft", "tokio", "weft", "tokio", "weft", "tokio"]
+        );
+        // The warm-ups (runs 1 and 2) are recorded but never measured.
+        assert_eq!(out[0].field("n"), [Some(3.0), Some(5.0)]);
+        assert_eq!(out[2].field("n"), [Some(4.0), Some(6.0)]);
+        assert_eq!(out[1].missing(), "skipped: no Go toolchain");
+        assert_eq!(c.raw.len(), 6);
+        assert_eq!(c.raw.iter().filter(|l| l["warmup"] == true).count(), 2);
+    }
+
+    #[test]
+    fn a_failed_run_leaves_a_hole_not_a_figure() {
+        let calls = RefCell::new(0);
+        let flaky = Program {
+            peer: "weft",
+            run: Ok(Box::new(|| {
+                *calls.borrow_mut() += 1;
+                match *calls.borrow() {
+                    2 => Err("crashed".to_string()),
+                    n => Ok(json!({"n": n})),
+                }
+            }) as RunOnce<'_>),
+        };
+        let mut c = ctx(2);
+        let out = alternate(&mut c, &ProgressBar::hidden(), "t", json!({}), vec![flaky]);
+        assert_eq!(out[0].field("n"), [None, Some(3.0)]);
+        assert_eq!(out[0].failures, ["crashed"]);
+    }
+
+    #[test]
+    fn a_child_past_its_limit_is_killed() {
+        let mut cmd = Cmd::new("sleep", &["10".to_string()]);
+        cmd.limit = Duration::from_millis(200);
+        let start = Instant::now();
+        let err = run_json(&cmd).unwrap_err();
+        assert!(err.contains("killed after"), "{err}");
+        assert!(start.elapsed() < Duration::from_secs(5));
+    }
+}
