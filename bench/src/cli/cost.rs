@@ -87,7 +87,7 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
                 "--mode",
                 "idle",
                 "--settle-ms",
-                s.pick(200, 200, 20)
+                crate::cli::probe::settle_ms(s)
             ]),
         ));
     }

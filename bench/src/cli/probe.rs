@@ -41,6 +41,11 @@ fn cases(size: Size) -> Vec<(&'static str, usize)> {
         .collect()
 }
 
+/// How long the Rust peers stay parked before the second reading.
+pub fn settle_ms(size: Size) -> u64 {
+    size.pick(200, 200, 20)
+}
+
 /// Threads only at this many units and below.
 const THREADS_MAX: usize = 10_000;
 
@@ -48,7 +53,7 @@ pub const PEERS: [&str; 4] = ["weft", "go", "tokio", "threads"];
 
 /// The programs for one (mode, N).
 pub fn programs<'a>(size: Size, mode: &str, n: usize) -> Vec<Program<'a>> {
-    let settle = size.pick(200, 200, 20);
+    let settle = settle_ms(size);
     let rust = |rt: &str| {
         Cmd::me(&args![
             "probe",
@@ -164,9 +169,11 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
             "weft / peer (all parked)",
         ],
         &rows,
-    )
-        + "\nSettled: Go after six forced GCs; weft, tokio and threads after 200 ms parked. \
-          tokio in 8k/64k holds a buffer of that size across its await (it has no stack).\n";
+    ) + &format!(
+        "\nSettled: Go after six forced GCs; weft, tokio and threads after {} ms parked. \
+         tokio in 8k/64k holds a buffer of that size across its await (it has no stack).\n",
+        settle_ms(ctx.size)
+    );
     let summary = table(
         &[
             "units",
