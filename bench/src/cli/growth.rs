@@ -49,6 +49,19 @@ fn analyze(binary: &std::path::Path, profile: &std::path::Path) -> Result<Value,
     }))
 }
 
+/// `weft-gostack analyze`'s text report of one profile (its top 5 chains and hogs).
+fn analyze_text(binary: &std::path::Path, profile: &std::path::Path) -> Result<String, String> {
+    use weft_gostack::{analyze, binary, pprof, report};
+    let b = binary::load(binary).map_err(|e| e.to_string())?;
+    let p = pprof::load(profile).map_err(|e| e.to_string())?;
+    let opts = analyze::Options {
+        coverage: 0.99,
+        guard: analyze::DEFAULT_GUARD,
+    };
+    let a = analyze::analyze(&b, &p, &opts).map_err(|e| e.to_string())?;
+    Ok(report::analysis(&a, 5, false))
+}
+
 /// Runs the experiment and returns its section.
 pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
     let n = ctx.size.pick(1_000_000, 300_000, 2000);
@@ -184,6 +197,14 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
         _ => format!("Go's stack-growth share: {}", go.missing()),
     };
     markdown += &format!("\n{growth_text}\n");
+    if let (Ok(exe), Some(_)) = (&go_exe, gostack("growth_share")) {
+        if let Ok(text) = analyze_text(exe, std::path::Path::new(&profile)) {
+            markdown += &format!(
+                "\n<details><summary>weft-gostack analyze of the first measured Go run</summary>\n\n\
+                 ```text\n{text}```\n\n</details>\n"
+            );
+        }
+    }
     let summary = table(&head, &rows) + &format!("\n{growth_text}\n");
 
     let chart_name = "growth.svg";

@@ -222,7 +222,9 @@ impl Cmd {
             exe: exe.into(),
             args: args.to_vec(),
             env: Vec::new(),
-            limit: Duration::from_secs(300),
+            // Past every size's longest run (a million parked units: seconds) with room to
+            // spare on a loaded machine; a hung peer costs two minutes, not the whole run.
+            limit: Duration::from_secs(120),
         }
     }
 
