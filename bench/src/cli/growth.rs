@@ -153,7 +153,8 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
     ];
     let mut markdown = format!(
         "{} requests, {inflight} in flight, each a new unit running a 7-frame chain of \
-         17,504 B of locals.\n\n",
+         17,504 B of locals. The Go runs carry the CPU profiler (100 Hz) that the analysis \
+         reads.\n\n",
         num(n as f64)
     ) + &table(&head, &rows);
 
