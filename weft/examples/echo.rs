@@ -25,7 +25,8 @@ fn main() {
 
 /// Serves `addr` forever (also the entry point of the EMFILE test, tests/net_faults.rs).
 pub fn run(addr: &str) {
-    raise_fd_limit();
+    // A server holds one descriptor per connection: soft RLIMIT_NOFILE up to the hard one.
+    let _ = weft::net::raise_fd_limit();
     // Small stacks: a connection task needs little, and page tables cost slot_size / 512.
     let runtime = weft::Runtime::builder()
         .stack_size(32 * 1024)
@@ -69,11 +70,9 @@ fn echo(mut stream: TcpStream) {
     let mut buf: Vec<u8> = Vec::with_capacity(BUFFER);
     loop {
         buf.clear();
-        match stream.read_uninit(buf.spare_capacity_mut()) {
+        match stream.read_buf(&mut buf) {
             Ok(0) | Err(_) => return,
-            Ok(n) => {
-                // SAFETY: `read_uninit` initialized the first `n` bytes of the spare capacity.
-                unsafe { buf.set_len(n) };
+            Ok(_) => {
                 if stream.write_all(&buf).is_err() {
                     return;
                 }
@@ -89,22 +88,6 @@ fn is_temporary(e: &io::Error) -> bool {
         e.raw_os_error(),
         Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM | libc::ECONNABORTED)
     ) || e.kind() == io::ErrorKind::Interrupted
-}
-
-/// Soft RLIMIT_NOFILE up to the hard limit: a server holds one descriptor per connection.
-fn raise_fd_limit() {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `limit` is a live rlimit for the kernel to fill in.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0
-        && limit.rlim_cur < limit.rlim_max
-    {
-        limit.rlim_cur = limit.rlim_max;
-        // SAFETY: as above; raising the soft limit up to the hard one is always allowed.
-        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
-    }
 }
 
 fn fail(message: &str) -> ! {

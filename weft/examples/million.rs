@@ -1,13 +1,15 @@
 //! A million parked tasks and what they cost: weft's main job in one program.
 //!
 //! ```text
-//! cargo run --release --example million -- [--tasks N] [--mode idle|8k|64k]
+//! cargo run --release --example million -- [--tasks N] [--mode idle|8k|64k] [--settle-ms MS]
 //! ```
 //!
 //! Spawns N tasks. In mode 8k/64k each first calls a function that really uses 8/64 KiB of
 //! stack; then every task parks on a shared gate. Memory is measured from /proc/self/status
-//! just before the spawn loop and once all tasks are parked; then the gate opens and every
-//! task is joined. The last line is one JSON object for machines.
+//! just before the spawn loop, once all tasks are parked, and again after they have stayed
+//! parked for `--settle-ms` (default 1000: time for whatever gives parked tasks' memory back);
+//! then the gate opens and every task is joined. The table names the stack policy that ran
+//! (`weft::metrics`); the last line is one JSON object for machines.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -103,9 +105,16 @@ fn mappings() -> usize {
     std::fs::read_to_string("/proc/self/maps").map_or(0, |m| m.lines().count())
 }
 
-fn parse_args() -> Result<(usize, Mode), String> {
+struct Args {
+    tasks: usize,
+    mode: Mode,
+    settle: Duration,
+}
+
+fn parse_args() -> Result<Args, String> {
     let mut tasks = 1_000_000;
     let mut mode = Mode::Idle;
+    let mut settle = Duration::from_millis(1000);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -124,17 +133,30 @@ fn parse_args() -> Result<(usize, Mode), String> {
                     other => return Err(format!("--mode takes idle, 8k or 64k, not {other:?}")),
                 }
             }
+            "--settle-ms" => {
+                let value = args.next().ok_or("--settle-ms needs a number")?;
+                let ms = value
+                    .parse()
+                    .map_err(|_| format!("bad --settle-ms {value:?}"))?;
+                settle = Duration::from_millis(ms);
+            }
             "-h" | "--help" => {
-                return Err("usage: million [--tasks N] [--mode idle|8k|64k]".into());
+                return Err(
+                    "usage: million [--tasks N] [--mode idle|8k|64k] [--settle-ms MS]".into(),
+                );
             }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
-    Ok((tasks, mode))
+    Ok(Args {
+        tasks,
+        mode,
+        settle,
+    })
 }
 
 fn main() {
-    let (tasks, mode) = match parse_args() {
+    let args = match parse_args() {
         Ok(args) => args,
         Err(e) => {
             eprintln!("million: {e}");
@@ -142,11 +164,17 @@ fn main() {
         }
     };
     let runtime = weft::Runtime::new().expect("weft runtime");
-    let report = runtime.block_on(move || run(tasks, mode));
+    let report = runtime.block_on(move || run(args));
     println!("{report}");
 }
 
-fn run(tasks: usize, mode: Mode) -> String {
+fn run(
+    Args {
+        tasks,
+        mode,
+        settle,
+    }: Args,
+) -> String {
     let gate = Arc::new(Gate {
         open: AtomicBool::new(false),
         parked: AtomicUsize::new(0),
@@ -178,6 +206,11 @@ fn run(tasks: usize, mode: Mode) -> String {
     let all_parked = start.elapsed();
     let after = status();
     let maps_after = mappings();
+    weft::time::sleep(settle);
+    let settled = status();
+    let snapshot_start = Instant::now();
+    let metrics = weft::metrics::snapshot();
+    let snapshot_took = snapshot_start.elapsed();
 
     let open_start = Instant::now();
     gate.open();
@@ -189,6 +222,8 @@ fn run(tasks: usize, mode: Mode) -> String {
     let n = tasks.max(1) as f64;
     let rss_per_task = after.rss.saturating_sub(before.rss) as f64 / n;
     let pte_per_task = after.pte.saturating_sub(before.pte) as f64 / n;
+    let settled_rss = settled.rss.saturating_sub(before.rss) as f64 / n;
+    let settled_pte = settled.pte.saturating_sub(before.pte) as f64 / n;
     let guards = match weft::stack::guards_are_markers() {
         Some(true) => "MADV_GUARD_INSTALL markers",
         Some(false) => "mprotect pages",
@@ -200,6 +235,10 @@ fn run(tasks: usize, mode: Mode) -> String {
         weft::stack::DEFAULT_STACK_SIZE >> 10
     );
     eprintln!("  guard pages                {guards:>12}");
+    eprintln!(
+        "  stack policy               {:>12}",
+        metrics.stack_policy()
+    );
     eprintln!(
         "  spawn loop                 {:>12.1} ms",
         spawn_loop.as_secs_f64() * 1e3
@@ -215,8 +254,25 @@ fn run(tasks: usize, mode: Mode) -> String {
         rss_per_task + pte_per_task
     );
     eprintln!(
+        "  settled {:>5} ms: RSS      {settled_rss:>12.0} B",
+        settle.as_millis()
+    );
+    eprintln!("  settled: page tables       {settled_pte:>12.0} B");
+    eprintln!(
+        "  settled: RSS + page tables {:>12.0} B",
+        settled_rss + settled_pte
+    );
+    eprintln!(
+        "  settled: stack bytes/task  {:>12.0} B  (weft::metrics, committed stack ÷ tasks)",
+        metrics.stack_bytes_per_task()
+    );
+    eprintln!(
+        "  weft::metrics::snapshot()  {:>12.1} ms",
+        snapshot_took.as_secs_f64() * 1e3
+    );
+    eprintln!(
         "  peak RSS                   {:>12.1} MiB",
-        after.hwm as f64 / 1048576.0
+        settled.hwm as f64 / 1048576.0
     );
     eprintln!("  kernel mappings            {maps_before:>6} → {maps_after}");
     eprintln!(
@@ -226,12 +282,17 @@ fn run(tasks: usize, mode: Mode) -> String {
     format!(
         "{{\"tasks\":{tasks},\"mode\":\"{}\",\"spawn_ms\":{:.1},\"spawn_loop_ms\":{:.1},\
          \"rss_bytes_per_task\":{rss_per_task:.0},\"pte_bytes_per_task\":{pte_per_task:.0},\
-         \"peak_rss_bytes\":{},\"mappings_before\":{maps_before},\"mappings_after\":{maps_after},\
-         \"join_ms\":{:.1}}}",
+         \"settle_ms\":{},\"settled_rss_bytes_per_task\":{settled_rss:.0},\
+         \"settled_pte_bytes_per_task\":{settled_pte:.0},\"stack_bytes_per_task\":{:.0},\
+         \"stack_policy\":\"{}\",\"peak_rss_bytes\":{},\"mappings_before\":{maps_before},\
+         \"mappings_after\":{maps_after},\"join_ms\":{:.1}}}",
         mode.name(),
         all_parked.as_secs_f64() * 1e3,
         spawn_loop.as_secs_f64() * 1e3,
-        after.hwm,
+        settle.as_millis(),
+        metrics.stack_bytes_per_task(),
+        metrics.stack_policy(),
+        settled.hwm,
         joined.as_secs_f64() * 1e3
     )
 }

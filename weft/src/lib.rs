@@ -20,6 +20,11 @@
 //!   time ([`RuntimeBuilder::workers`], `WEFT_WORKERS` like `GOMAXPROCS`).
 //! - **Park / unpark** = `gopark` / `goready`: a task blocks without blocking its worker.
 //! - **Slot** = a goroutine stack: fixed-size, never moved.
+//! - **Context** = `context.Context` ([`context::Context`]): cancellation and deadlines for a
+//!   tree of work; [`Context::bind`](context::Context::bind) makes every blocking call inside
+//!   it end when the context does. [`JoinHandle::cancel`] cancels one task.
+//! - **Task-local** = what a goroutine does not have and a thread has in `thread_local!`
+//!   ([`task_local!`]).
 //! - **Channel** = `chan` ([`chan::bounded`], [`chan::unbounded`]); [`select!`] = `select`.
 //! - **Selector / entry** = `selectDone` / `sudog`: a blocked channel operation, one entry per
 //!   channel it waits on ([`chan`]).
@@ -29,8 +34,10 @@
 //!   chan (channels, select!) ─┐
 //!   sync (Mutex, WaitGroup…)  ─┼─► park
 //!   time (sleep, after, tick) ─┘
+//!   context (Context, bind)   ──► chan, park, task
 //!   task (spawn, JoinHandle, Builder) ─┐
 //!   park (Waiter, park/wake protocol) ─┼─► sched (Runtime, workers, queues) ─► stack (slots, guards, overflow)
+//!   metrics (snapshot, stack profile: sums what sched and stack count; its counters call nothing)
 //! ```
 //!
 //! # Safety model
@@ -57,9 +64,13 @@ pub mod chan;
 #[cfg(loom)]
 #[path = "chan/core.rs"]
 pub(crate) mod chan_core;
+#[cfg(not(loom))]
+pub mod context;
 #[cfg(loom)]
 #[path = "task/join.rs"]
 pub(crate) mod join;
+#[cfg(not(loom))]
+pub mod metrics;
 #[cfg(not(loom))]
 pub mod net;
 #[cfg(not(loom))]

@@ -120,8 +120,8 @@ fn shutdown_cancels_a_task_resumed_while_another_unwinds() {
     for h in parked {
         let err = join_within(h, Duration::from_secs(5)).unwrap_err();
         assert!(
-            err.downcast_ref::<&str>()
-                .is_some_and(|m| m.contains("cancelled")),
+            err.downcast_ref::<weft::task::Cancelled>()
+                .is_some_and(|c| c.by_shutdown()),
             "not reported as cancelled"
         );
     }

@@ -172,3 +172,35 @@ fn tick_fires_repeatedly() {
         assert!(start.elapsed() >= Duration::from_millis(20));
     });
 }
+
+/// crossbeam-channel's `select!` takes a comma after a block body; so does weft's, for every
+/// kind of arm, with and without the comma, mixed with expression bodies.
+#[test]
+fn select_accepts_a_comma_after_a_block_arm() {
+    let (tx, rx) = bounded::<i32>(1);
+    let (tx2, _rx2) = bounded::<i32>(0);
+    tx.send(1).unwrap();
+    let got;
+    weft::select! {
+        recv(rx) -> v => {
+            got = v.unwrap();
+        },
+        send(tx2, 5) -> _ => {
+            unreachable!();
+        },
+        after(Duration::from_secs(5)) => {
+            unreachable!();
+        },
+    }
+    assert_eq!(got, 1);
+    let r = weft::select! {
+        recv(rx) -> _ => { 1 }
+        default => { 2 },
+    };
+    assert_eq!(r, 2);
+    let r = weft::select! {
+        recv(rx) -> _ => 1,
+        default => { 3 }
+    };
+    assert_eq!(r, 3);
+}

@@ -17,8 +17,8 @@ fn cancelled(result: std::thread::Result<()>) -> bool {
     match result {
         Ok(()) => false,
         Err(payload) => payload
-            .downcast_ref::<&str>()
-            .is_some_and(|m| m.contains("cancelled")),
+            .downcast_ref::<weft::task::Cancelled>()
+            .is_some_and(|c| c.by_shutdown()),
     }
 }
 

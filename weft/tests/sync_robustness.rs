@@ -108,8 +108,8 @@ fn cancelled(handle: JoinHandle<()>) -> bool {
     match handle.join() {
         Ok(()) => false,
         Err(payload) => payload
-            .downcast_ref::<&str>()
-            .is_some_and(|m| m.contains("cancelled")),
+            .downcast_ref::<weft::task::Cancelled>()
+            .is_some_and(|c| c.by_shutdown()),
     }
 }
 

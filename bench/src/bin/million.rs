@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo build --release --example million
-//! cargo run --release -p weft-bench --bin million -- [--tasks N] [--mode idle|8k|64k]
+//! cargo run --release -p weft-bench --bin million -- [--tasks N] [--mode idle|8k|64k] [--settle-ms MS]
 //! ```
 //!
 //! Runs `target/release/examples/million` and `bench/go/probe` (built when a Go toolchain
@@ -50,9 +50,19 @@ fn main() {
         "spawn_ms",
         "rss_bytes_per_task",
         "pte_bytes_per_task",
+        "settled_rss_bytes_per_task",
+        "settled_pte_bytes_per_task",
         "peak_rss_bytes",
     ];
-    println!("{:<22} {:>14} {:>14} {:>10}", "", "weft", "Go", "weft/Go");
+    if let Some(policy) = weft_line
+        .as_ref()
+        .ok()
+        .and_then(|l| l.split("\"stack_policy\":\"").nth(1))
+        .and_then(|rest| rest.split('"').next())
+    {
+        println!("weft stack policy: {policy}");
+    }
+    println!("{:<26} {:>14} {:>14} {:>10}", "", "weft", "Go", "weft/Go");
     for field in fields {
         let w = weft_line.as_ref().ok().and_then(|l| json_number(l, field));
         let g = go_line.as_ref().ok().and_then(|l| json_number(l, field));
@@ -61,7 +71,7 @@ fn main() {
             (Some(w), Some(g)) if g != 0.0 => format!("{:.2}", w / g),
             _ => "-".into(),
         };
-        println!("{field:<22} {:>14} {:>14} {ratio:>10}", show(w), show(g));
+        println!("{field:<26} {:>14} {:>14} {ratio:>10}", show(w), show(g));
     }
     if let Err(e) = &weft_line {
         println!("weft: failed: {e}");

@@ -17,7 +17,7 @@
 //! moves with the other work on the machine, and the runner's alternation pairs each weft
 //! run with a peer run next to it in time.
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::args;
 use crate::cli::chart::{self, BarPanel};
@@ -59,10 +59,6 @@ fn op<'a>(what: &str, n: usize, threads_n: usize, workers: Option<usize>) -> Vec
     ]
 }
 
-fn per_unit(v: &Value) -> Option<f64> {
-    Some(v.get("rss_bytes_per_task")?.as_f64()? + v.get("pte_bytes_per_task")?.as_f64()?)
-}
-
 /// Runs the experiment and returns its section.
 pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
     let s = ctx.size;
@@ -100,7 +96,9 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
     );
     let mut mem_row = Row {
         label: format!(
-            "memory per blocked unit, B (RSS + page tables; {} units, threads {})",
+            "memory per blocked unit, B (RSS + page tables after {} ms parked, Go after six \
+             GCs; {} units, threads {})",
+            crate::cli::probe::settle_ms(s),
             crate::cli::stats::num(mem_n as f64),
             crate::cli::stats::num(threads_mem as f64)
         ),
@@ -109,7 +107,7 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
     };
     for o in &mut mem_row.outcomes {
         for r in o.runs.iter_mut().flatten() {
-            let b = per_unit(r);
+            let b = crate::cli::probe::per_unit(r, true);
             r["bytes_per_unit"] = json!(b);
         }
     }

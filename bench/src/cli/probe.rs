@@ -5,7 +5,8 @@
 //! / 64k), then parking on one gate. Memory is the growth of the process's RSS plus page
 //! tables per unit, read once all are parked and again after settling: Go forces six GCs
 //! there (as the original goroutine experiment did) and also reports `StackInuse` ÷
-//! goroutines; the others wait 200 ms. tokio has no stack: in modes 8k/64k its task holds a
+//! goroutines; every peer first stays parked for a settling time (1 s; weft compacts a
+//! stack parked 200 ms, `stack/compact.rs`). tokio has no stack: in modes 8k/64k its task holds a
 //! buffer of that size across its await, the nearest equivalent.
 //!
 //! May call: `runner` (each unit count and mode in fresh processes), `chart`, `report`.
@@ -43,7 +44,8 @@ fn cases(size: Size) -> Vec<(&'static str, usize)> {
 
 /// How long the Rust peers stay parked before the second reading.
 pub fn settle_ms(size: Size) -> u64 {
-    size.pick(200, 200, 20)
+    // weft compacts a stack parked 200 ms (stack/compact.rs): give it time to finish.
+    size.pick(1000, 1000, 20)
 }
 
 /// Threads only at this many units and below.
@@ -67,7 +69,12 @@ pub fn programs<'a>(size: Size, mode: &str, n: usize) -> Vec<Program<'a>> {
             settle
         ])
     };
-    let go = go_program("probe").map(|exe| Cmd::new(exe, &args!["-tasks", n, "-mode", mode]));
+    let go = go_program("probe").map(|exe| {
+        Cmd::new(
+            exe,
+            &args!["-tasks", n, "-mode", mode, "-settle-ms", settle],
+        )
+    });
     let mut p = vec![
         Program::command("weft", rust("weft")),
         Program::command("go", go),
@@ -79,9 +86,12 @@ pub fn programs<'a>(size: Size, mode: &str, n: usize) -> Vec<Program<'a>> {
     p
 }
 
-/// RSS + page tables per unit, `settled` or at all-parked.
-fn per_unit(v: &Value, settled: bool) -> Option<f64> {
-    let (rss, pte) = if settled {
+/// RSS + page tables per unit, `settled` or at all-parked. Go's settled figure is the one
+/// after its six forced GCs (`gc_*`), which follow the settling time.
+pub fn per_unit(v: &Value, settled: bool) -> Option<f64> {
+    let (rss, pte) = if settled && v.get("gc_rss_bytes_per_task").is_some() {
+        ("gc_rss_bytes_per_task", "gc_pte_bytes_per_task")
+    } else if settled {
         ("settled_rss_bytes_per_task", "settled_pte_bytes_per_task")
     } else {
         ("rss_bytes_per_task", "pte_bytes_per_task")
@@ -170,8 +180,9 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
         ],
         &rows,
     ) + &format!(
-        "\nSettled: Go after six forced GCs; weft, tokio and threads after {} ms parked. \
-         tokio in 8k/64k holds a buffer of that size across its await (it has no stack).\n",
+        "\nSettled: after {} ms parked (weft compacts a stack parked 200 ms); Go then also \
+         forces six GCs. tokio in 8k/64k holds a buffer of that size across its await (it has \
+         no stack).\n",
         settle_ms(ctx.size)
     );
     let summary = table(

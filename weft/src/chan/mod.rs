@@ -25,6 +25,12 @@
 //! 2. Every blocking operation parks only the calling task (its worker runs others), or blocks
 //!    the calling OS thread when called outside a task.
 //!
+//! Cancellation (`Task::cancel`, a bound `Context`, shutdown) unwinds a blocked send, receive
+//! or `select!` at its park, and invariant 1 still holds: a value being sent was either taken
+//! by a receiver first or is dropped with the sender's frame; a cancelled receiver leaves the
+//! channel's values to the others, except one handed to it at the very moment of the cancel,
+//! which its frame drops. Checked by `tests/chan_drops.rs` and `tests/cancel.rs`.
+//!
 //! May call: `park`, `sched` (through `park`). Called by: users, `time` (after, tick).
 //!
 //! Why Go's semantics, including a rendezvous `bounded(0)`: programs ported from Go rely on

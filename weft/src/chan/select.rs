@@ -26,6 +26,12 @@
 //!   (`recv(weft::time::after(d))` works too, as in Go.)
 //! - `default => body`: at most one; runs if nothing is ready now.
 //!
+//! Arms are separated by commas; after a block body (`=> { ... }`) the comma is optional,
+//! as in crossbeam-channel. A malformed arm is a compile error that names it.
+//!
+//! A [`Context`](crate::context::Context) is waited on like a channel:
+//! `recv(ctx.done()) -> _ => ...` runs when the context is cancelled or its deadline passes.
+//!
 //! When several arms are ready, one is picked uniformly at random: the arms are polled in a
 //! fresh random order, and of the ready ones the first in a uniform permutation is uniform.
 //!
@@ -114,6 +120,26 @@ impl<T> SendArm<'_, T> {
 ///     assert_eq!(got, 1);
 /// });
 /// ```
+///
+/// Misuse is a compile error that names the arm:
+///
+/// ```compile_fail
+/// // error: weft::select!: malformed arm `recv(rx)`: expected `recv(rx) -> res => body`
+/// let (_tx, rx) = weft::chan::bounded::<u32>(0);
+/// weft::select! { recv(rx) => 0, default => 1 };
+/// ```
+///
+/// ```compile_fail
+/// // error: weft::select!: more than one `after` arm
+/// use std::time::Duration;
+/// weft::select! { after(Duration::ZERO) => 0, after(Duration::ZERO) => 1 };
+/// ```
+///
+/// ```compile_fail
+/// // error: weft::select!: unknown arm `recieve`: expected ...
+/// let (_tx, rx) = weft::chan::bounded::<u32>(0);
+/// weft::select! { recieve(rx) -> _ => 0 };
+/// ```
 #[macro_export]
 macro_rules! select {
     ($($tokens:tt)*) => {
@@ -134,8 +160,15 @@ macro_rules! select {
 #[macro_export]
 macro_rules! __select {
     // ---- parsing: arms become (kind ident (args..) (pattern) {body}) ----
+    // A block body takes an optional comma after it, as in crossbeam-channel; the comma and
+    // no-comma cases are separate rules (`$(,)? $($rest:tt)*` is ambiguous to the parser).
     (@parse [$id:ident $($ids:ident)*] [$($ops:tt)*] $after:tt $default:tt
-        recv($rx:expr) -> $res:pat => $body:block $(,)? $($rest:tt)*) => {
+        recv($rx:expr) -> $res:pat => $body:block, $($rest:tt)*) => {
+        $crate::__select!(@parse [$($ids)*] [$($ops)* (recv $id ($rx) ($res) $body)]
+            $after $default $($rest)*)
+    };
+    (@parse [$id:ident $($ids:ident)*] [$($ops:tt)*] $after:tt $default:tt
+        recv($rx:expr) -> $res:pat => $body:block $($rest:tt)*) => {
         $crate::__select!(@parse [$($ids)*] [$($ops)* (recv $id ($rx) ($res) $body)]
             $after $default $($rest)*)
     };
@@ -145,7 +178,12 @@ macro_rules! __select {
             $after $default $($($rest)*)?)
     };
     (@parse [$id:ident $($ids:ident)*] [$($ops:tt)*] $after:tt $default:tt
-        send($tx:expr, $value:expr) -> $res:pat => $body:block $(,)? $($rest:tt)*) => {
+        send($tx:expr, $value:expr) -> $res:pat => $body:block, $($rest:tt)*) => {
+        $crate::__select!(@parse [$($ids)*] [$($ops)* (send $id ($tx, $value) ($res) $body)]
+            $after $default $($rest)*)
+    };
+    (@parse [$id:ident $($ids:ident)*] [$($ops:tt)*] $after:tt $default:tt
+        send($tx:expr, $value:expr) -> $res:pat => $body:block $($rest:tt)*) => {
         $crate::__select!(@parse [$($ids)*] [$($ops)* (send $id ($tx, $value) ($res) $body)]
             $after $default $($rest)*)
     };
@@ -155,7 +193,11 @@ macro_rules! __select {
             $after $default $($($rest)*)?)
     };
     (@parse $ids:tt $ops:tt [] $default:tt
-        after($d:expr) => $body:block $(,)? $($rest:tt)*) => {
+        after($d:expr) => $body:block, $($rest:tt)*) => {
+        $crate::__select!(@parse $ids $ops [($d) $body] $default $($rest)*)
+    };
+    (@parse $ids:tt $ops:tt [] $default:tt
+        after($d:expr) => $body:block $($rest:tt)*) => {
         $crate::__select!(@parse $ids $ops [($d) $body] $default $($rest)*)
     };
     (@parse $ids:tt $ops:tt [] $default:tt
@@ -163,7 +205,11 @@ macro_rules! __select {
         $crate::__select!(@parse $ids $ops [($d) { $body }] $default $($($rest)*)?)
     };
     (@parse $ids:tt $ops:tt $after:tt []
-        default $(())? => $body:block $(,)? $($rest:tt)*) => {
+        default $(())? => $body:block, $($rest:tt)*) => {
+        $crate::__select!(@parse $ids $ops $after [{ $body }] $($rest)*)
+    };
+    (@parse $ids:tt $ops:tt $after:tt []
+        default $(())? => $body:block $($rest:tt)*) => {
         $crate::__select!(@parse $ids $ops $after [{ $body }] $($rest)*)
     };
     (@parse $ids:tt $ops:tt $after:tt []
@@ -173,11 +219,55 @@ macro_rules! __select {
     (@parse $ids:tt $ops:tt $after:tt $default:tt) => {
         $crate::__select!(@emit $ops $after $default)
     };
-    (@parse $ids:tt $ops:tt $after:tt $default:tt $($rest:tt)+) => {
+    // ---- misuse: say which arm is wrong ----
+    (@parse [] $ops:tt $after:tt $default:tt $kind:ident $($rest:tt)*) => {
+        ::core::compile_error!(::core::concat!(
+            "weft::select!: too many arms at `", ::core::stringify!($kind),
+            "`: at most 32 `recv` and `send` arms"
+        ))
+    };
+    (@parse $ids:tt $ops:tt [$($a:tt)+] $default:tt after $($rest:tt)*) => {
+        ::core::compile_error!("weft::select!: more than one `after` arm")
+    };
+    (@parse $ids:tt $ops:tt $after:tt [$($d:tt)+] default $($rest:tt)*) => {
+        ::core::compile_error!("weft::select!: more than one `default` arm")
+    };
+    (@parse $ids:tt $ops:tt $after:tt $default:tt recv($($args:tt)*) $($rest:tt)*) => {
+        ::core::compile_error!(::core::concat!(
+            "weft::select!: malformed arm `recv(", ::core::stringify!($($args)*),
+            ")`: expected `recv(rx) -> res => body`"
+        ))
+    };
+    (@parse $ids:tt $ops:tt $after:tt $default:tt send($($args:tt)*) $($rest:tt)*) => {
+        ::core::compile_error!(::core::concat!(
+            "weft::select!: malformed arm `send(", ::core::stringify!($($args)*),
+            ")`: expected `send(tx, value) -> res => body`"
+        ))
+    };
+    (@parse $ids:tt $ops:tt $after:tt $default:tt after($($args:tt)*) $($rest:tt)*) => {
+        ::core::compile_error!(::core::concat!(
+            "weft::select!: malformed arm `after(", ::core::stringify!($($args)*),
+            ")`: expected `after(duration) => body`"
+        ))
+    };
+    (@parse $ids:tt $ops:tt $after:tt $default:tt default $($rest:tt)*) => {
         ::core::compile_error!(
-            "weft::select!: expected `recv(rx) -> res => body`, `send(tx, value) -> res => body`, \
-             one `after(duration) => body` or one `default => body`"
+            "weft::select!: malformed arm `default`: expected `default => body`"
         )
+    };
+    (@parse $ids:tt $ops:tt $after:tt $default:tt $kind:ident $($rest:tt)*) => {
+        ::core::compile_error!(::core::concat!(
+            "weft::select!: unknown arm `", ::core::stringify!($kind),
+            "`: expected `recv(rx) -> res => body`, `send(tx, value) -> res => body`, \
+             one `after(duration) => body` or one `default => body`"
+        ))
+    };
+    (@parse $ids:tt $ops:tt $after:tt $default:tt $($rest:tt)+) => {
+        ::core::compile_error!(::core::concat!(
+            "weft::select!: expected an arm — `recv(rx) -> res => body`, \
+             `send(tx, value) -> res => body`, one `after(duration) => body` or one \
+             `default => body` — at `", ::core::stringify!($($rest)+), "`"
+        ))
     };
 
     // ---- expansion ----

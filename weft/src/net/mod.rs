@@ -193,3 +193,28 @@ impl Timeout {
         Ok(())
     }
 }
+
+/// Raises this process's soft limit on open descriptors (`RLIMIT_NOFILE`) to its hard limit
+/// and returns the new soft limit: a server holds one descriptor per connection, and the
+/// usual soft limit is 1024. Go does this at startup; weft leaves it to the program.
+///
+/// # Errors
+/// As `getrlimit(2)` and `setrlimit(2)`.
+pub fn raise_fd_limit() -> io::Result<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a live rlimit for the kernel to fill in.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if limit.rlim_cur < limit.rlim_max {
+        limit.rlim_cur = limit.rlim_max;
+        // SAFETY: as above; raising the soft limit up to the hard one is always allowed.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(limit.rlim_cur)
+}

@@ -326,6 +326,36 @@ impl TcpStream {
         })
     }
 
+    /// Reads into the spare capacity of `buf` and appends what arrived, like tokio's
+    /// `read_buf`: the safe form of [`TcpStream::read_uninit`] for a `Vec` whose capacity
+    /// is reserved but never zeroed, so only the pages the reads reach are ever touched. When
+    /// `buf` has no spare capacity, 8 KiB (std's default buffer size) are reserved first, so `Ok(0)`
+    /// always means the peer closed its side. Returns the number of bytes appended.
+    ///
+    /// ```no_run
+    /// # fn demo(stream: weft::net::TcpStream) -> std::io::Result<()> {
+    /// let mut buf = Vec::with_capacity(16 * 1024);
+    /// while stream.read_buf(&mut buf)? > 0 {
+    ///     // use buf, then buf.clear() to read into the same capacity again
+    ///     buf.clear();
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As `read`; `buf` is unchanged then.
+    pub fn read_buf(&self, buf: &mut Vec<u8>) -> io::Result<usize> {
+        const RESERVE: usize = 8 * 1024;
+        if buf.len() == buf.capacity() {
+            buf.reserve(RESERVE);
+        }
+        let n = self.read_uninit(buf.spare_capacity_mut())?;
+        // SAFETY: `read_uninit` initialized the first `n` bytes of the spare capacity (its
+        // contract), which start at `buf.len()`; `n` is at most the spare capacity's length.
+        unsafe { buf.set_len(buf.len() + n) };
+        Ok(n)
+    }
+
     /// Reads without removing the data from the queue.
     ///
     /// # Errors

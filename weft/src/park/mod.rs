@@ -53,8 +53,23 @@ impl Waiter {
 #[inline]
 pub(crate) fn park_current() {
     if !crate::sched::park_current_task() {
-        std::thread::park();
+        park_thread(None);
     }
+}
+
+/// A plain thread's park: like a task's, it is where a cancelled `Context` the thread is
+/// bound to unwinds it (context.rs).
+#[cfg(not(loom))]
+#[cold]
+fn park_thread(deadline: Option<std::time::Instant>) {
+    crate::context::unwind_if_thread_scope_cancelled();
+    match deadline {
+        Some(deadline) => {
+            std::thread::park_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+        }
+        None => std::thread::park(),
+    }
+    crate::context::unwind_if_thread_scope_cancelled();
 }
 
 /// Parks the caller until woken or until `deadline` (invariant 2: callers re-check both their
@@ -62,7 +77,7 @@ pub(crate) fn park_current() {
 #[cfg(not(loom))]
 pub(crate) fn park_current_until(deadline: std::time::Instant) {
     if !crate::sched::park_current_task_until(deadline) {
-        std::thread::park_timeout(deadline.saturating_duration_since(std::time::Instant::now()));
+        park_thread(Some(deadline));
     }
 }
 

@@ -101,6 +101,13 @@ impl ParkState {
         self.0.swap(RUNNING, Ordering::Acquire);
     }
 
+    /// Whether the task is parked now: a hint (Relaxed), for the worker's stack upkeep,
+    /// which only skips tasks that look woken.
+    #[inline]
+    pub(crate) fn is_parked(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == PARKED
+    }
+
     /// The task, instead of switching out while its thread is panicking: true if it is now
     /// BLOCKED and must park its thread; false if a token arrived (the caller consumes it with
     /// `resumed`). Invariant 4.

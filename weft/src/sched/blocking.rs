@@ -9,6 +9,9 @@
 //!    monitor): a submit that would need one more thread fails with a clear error at once; it
 //!    never waits for a thread to free up, so jobs that wait on each other cannot deadlock.
 //! 2. A job is started only if `idle > 0` was counted for it or a thread was spawned for it.
+//! 3. A pool thread counts itself idle before it wakes the caller of the job it finished, so
+//!    a caller that submits again at once finds the thread free (it used to see the limit
+//!    reached now and then, with its own job's thread still counted busy).
 //!
 //! May call: `park`. Called by: `task::spawn_blocking`, `net::resolve`, `sched/runtime.rs`.
 //!
@@ -28,7 +31,9 @@ use crate::park::{self, Waiter};
 /// How long an idle pool thread waits for a job before it exits.
 const KEEP_ALIVE: Duration = Duration::from_secs(10);
 
-type Job = Box<dyn FnOnce() + Send>;
+/// A job runs its call and returns the waiter to wake with the result: the pool wakes it only
+/// after counting its thread idle again (invariant 3).
+type Job = Box<dyn FnOnce() -> Option<Waiter> + Send>;
 
 pub(crate) struct Pool {
     state: Mutex<State>,
@@ -54,6 +59,11 @@ impl Pool {
             max_threads,
             runtime_max,
         }
+    }
+
+    /// Threads the pool has now, idle ones included (for `weft::metrics`).
+    pub(crate) fn threads(&self) -> usize {
+        self.lock().threads
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -108,8 +118,18 @@ impl Pool {
                 // A job catches its closure's panic for its caller; what can still panic here
                 // is the drop of a result whose caller was cancelled meanwhile. The hook has
                 // reported it; the thread must live on to keep `threads` right.
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                let waiter = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
+                    .ok()
+                    .flatten();
                 state = self.lock();
+                if let Some(waiter) = waiter {
+                    // Invariant 3; a job submitted meanwhile is taken by the `continue`.
+                    state.idle += 1;
+                    drop(state);
+                    waiter.wake();
+                    state = self.lock();
+                    state.idle -= 1;
+                }
                 continue;
             }
             if state.shutdown {
@@ -161,7 +181,8 @@ where
     pool.submit(Box::new(move || {
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
         *job_handoff.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
-        job_handoff.waiter.wake_by_ref();
+        // Woken by the pool once this thread counts as idle (invariant 3).
+        Some(job_handoff.waiter.clone())
     }))?;
     loop {
         let taken = handoff

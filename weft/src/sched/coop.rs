@@ -7,11 +7,12 @@
 //! Invariants:
 //! 1. The worker sets the count to [`COOP_BUDGET`] before each resume of a task
 //!    ([`reset`]), so a task that parked or yielded starts afresh.
-//! 2. Each channel, lock, semaphore or socket operation that may block spends one unit first
+//! 2. Each spawn, and each channel, lock, semaphore or socket operation that may block, spends
+//!    one unit first
 //!    ([`spend`]); the one that finds nothing left yields (to the back of its worker's ready
 //!    queue) before it starts, with no lock held, then proceeds.
 //!
-//! May call: `sched::worker` (to yield). Called by: `chan`, `sync`, `net`, `sched/worker.rs`.
+//! May call: `sched::worker` (to yield). Called by: `task` (spawn), `chan`, `sync`, `net`, `sched/worker.rs`.
 //!
 //! Why: measured, a chat hub fanning lines out to 2,000 clients over buffered channels never
 //! parked, and a 5 ms sleep on its worker woke 190–372 ms late; a pipeline of always-ready
@@ -25,7 +26,7 @@
 use std::cell::Cell;
 
 /// Operations a task may complete in a row without parking before it yields.
-pub const COOP_BUDGET: u32 = 128;
+pub(crate) const COOP_BUDGET: u32 = 128;
 
 thread_local! {
     /// Units left to the task running on this thread; plain threads never run out (it starts

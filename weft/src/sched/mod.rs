@@ -30,7 +30,9 @@
 #[cfg(not(loom))]
 pub(crate) mod blocking;
 #[cfg(not(loom))]
-pub mod coop;
+pub(crate) mod compute;
+#[cfg(not(loom))]
+pub(crate) mod coop;
 #[cfg(not(loom))]
 mod epoll;
 mod idle;
@@ -38,6 +40,8 @@ mod idle;
 pub(crate) mod io;
 #[cfg(not(loom))]
 mod monitor;
+#[cfg(not(loom))]
+pub(crate) mod stats;
 #[cfg(not(loom))]
 mod worker;
 

@@ -2,6 +2,9 @@
 //! shutting down.
 //!
 //! Shutdown, in order:
+//! 0. Graceful only (`Runtime::shutdown_timeout`): `Shared::closing` is set, so new spawns
+//!    are refused with an error, and the caller waits until every task has finished (no live
+//!    task, nothing queued, every worker asleep) or the timeout passed; then `drop`.
 //! 1. `Runtime::drop` sets `Shared::shutdown` and notifies every worker.
 //! 2. Each worker stops starting tasks: never-started tasks it finds are dropped, so their
 //!    joiners get `Err` ("task cancelled").
@@ -10,22 +13,25 @@
 //! 4. A task still running (a loop that never parks) holds its worker, and `drop` waits for it,
 //!    as with tokio. A task that parks again while unwinding and is never woken is leaked after
 //!    a grace period, with a warning.
-//! 5. `drop` joins the worker threads, then closes the blocking pool: until then a cancelled
-//!    task's destructor may still use `spawn_blocking`. A spawn during shutdown (from such a
+//! 5. `drop` joins the worker threads, then closes the compute and blocking pools: until then
+//!    a cancelled task's destructor may still use `compute` and `spawn_blocking`. A spawn during shutdown (from such a
 //!    destructor) is cancelled at once: its joiner gets `Err`.
 
 use std::io;
 use std::panic::Location;
+use std::path::PathBuf;
 use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_deque::{Injector, Stealer};
 
 use super::idle::SleepFlags;
 use super::monitor::Monitor;
+use super::stats::SiteClasses;
 use super::worker::{self, Worker};
+use crate::metrics::counters::{SiteCounts, WorkerCounters};
 use crate::stack::{self, SizeClass};
 use crate::task::{JoinHandle, Task};
 
@@ -36,13 +42,25 @@ pub(crate) struct Shared {
     pub(crate) remotes: Vec<Arc<Remote>>,
     pub(crate) default_class: SizeClass,
     pub(crate) shutdown: AtomicBool,
+    /// In the grace period of `Runtime::shutdown_timeout` (or after it): step 0.
+    pub(crate) closing: AtomicBool,
     /// Workers looking for work without sleeping; spawners do not wake a sleeper while one
     /// spins, since the spinner will find the work.
     pub(crate) spinning: AtomicUsize,
     /// Threads for `task::spawn_blocking` (sched/blocking.rs).
     pub(crate) blocking: Arc<super::blocking::Pool>,
+    /// Threads for `task::compute` (sched/compute.rs), started at its first job.
+    pub(crate) compute: super::compute::Pool,
     /// The monitor's deep sleep while every worker sleeps (monitor.rs, "Idle").
     pub(crate) monitor_rest: super::monitor::Rest,
+    /// Whether this runtime runs a monitor thread (for `weft::metrics`).
+    pub(crate) has_monitor: AtomicBool,
+    /// Stack sizes per spawn site from a profile (`RuntimeBuilder::stack_profile`).
+    pub(crate) site_classes: Option<SiteClasses>,
+    /// Where the stack profile is written back when the runtime drops.
+    pub(crate) profile_path: Option<PathBuf>,
+    /// What workers do with parked tasks' stacks (stack/compact.rs).
+    pub(crate) stack_policy: stack::StackPolicy,
 }
 
 /// What other threads may touch of one worker.
@@ -76,6 +94,11 @@ pub(crate) struct Remote {
     /// Started, unfinished tasks living on this worker (its live list's length), written by
     /// the worker only, Relaxed: spawners read it to place new tasks (worker.rs, `Spawner`).
     pub(crate) live: AtomicUsize,
+    /// Spawns, starts, parks and wakes on this worker, for `weft::metrics` (written by the
+    /// worker only, metrics/counters.rs invariant 1).
+    pub(crate) counters: WorkerCounters,
+    /// Tasks started here per spawn site (same rule).
+    pub(crate) sites: SiteCounts,
     /// The I/O sources registered with `poller` (sched/io.rs). Declared after `poller`, so
     /// dropped after it (`Reactor::new`'s contract).
     pub(crate) io: super::io::Reactor,
@@ -161,6 +184,19 @@ impl Shared {
         }
     }
 
+    /// Whether every task has finished, as far as other threads can see: no worker has a
+    /// live (started, unfinished) task, nothing waits in a queue, and every worker sleeps — a
+    /// worker that took a never-started task from a queue and is about to start it is awake.
+    fn all_tasks_finished(&self) -> bool {
+        self.injector.is_empty()
+            && self.stealers.iter().all(Stealer::is_empty)
+            && self.remotes.iter().all(|r| {
+                r.live.load(Ordering::Relaxed) == 0
+                    && r.placed_len.load(Ordering::Relaxed) == 0
+                    && r.flags.is_sleeping()
+            })
+    }
+
     /// After new work was published in a stealable queue: wake one sleeping worker, unless one
     /// is already spinning (idle.rs).
     pub(crate) fn wake_idle_worker(&self, except: Option<usize>) {
@@ -187,6 +223,8 @@ pub struct RuntimeBuilder {
     monitor_threshold: Option<Option<Duration>>,
     monitor_report: Option<super::monitor::ReportHook>,
     max_threads: Option<usize>,
+    stack_policy: Option<stack::StackPolicy>,
+    stack_profile: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -248,10 +286,36 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Sizes the stacks of each spawn site from a stack profile file, and writes the profile
+    /// of this run back to it when the runtime drops (`weft::metrics::stack_profile`). A task
+    /// spawned with its own `task::Builder::stack_size` keeps it; a site the file does not
+    /// name gets the runtime's default. A missing file is a first run: nothing is sized from
+    /// it. Default: the path in `WEFT_STACK_PROFILE`, if set. With a profile, a spawn without
+    /// its own size looks its site up by line, then column and file; without one it costs
+    /// nothing.
+    ///
+    /// Each site's size is the profile's recommended one (its deepest sampled task × 1.5,
+    /// rounded up to a power of two): a later run whose tasks go deeper than any sampled one
+    /// went can overflow where the default would not. Keep the file under review like code.
+    pub fn stack_profile(mut self, path: impl Into<PathBuf>) -> Self {
+        self.stack_profile = Some(path.into());
+        self
+    }
+
+    /// What the workers do with the stacks of parked tasks: give back the pages below the
+    /// stack pointer, and compact (copy the live bytes to the heap, release the slot) where
+    /// [`crate::stack::mode`] allows. Default [`stack::StackPolicy::default`]: compact after
+    /// 200 ms parked (where only reclaim runs, reclaim after 20 ms).
+    pub fn stack_policy(mut self, policy: stack::StackPolicy) -> Self {
+        self.stack_policy = Some(policy);
+        self
+    }
+
     /// Starts the workers.
     ///
     /// # Errors
-    /// An invalid worker count or stack size, or a failure to start a thread or a poller.
+    /// An invalid worker count or stack size, a stack profile that cannot be read or parsed,
+    /// or a failure to start a thread or a poller.
     pub fn build(self) -> io::Result<Runtime> {
         let workers = match self.workers {
             Some(n) => n,
@@ -279,7 +343,15 @@ impl RuntimeBuilder {
         }
         let default_class =
             SizeClass::for_size(self.stack_size.unwrap_or(stack::DEFAULT_STACK_SIZE))?;
+        let profile_path = self
+            .stack_profile
+            .or_else(|| std::env::var_os("WEFT_STACK_PROFILE").map(PathBuf::from));
+        let site_classes = match &profile_path {
+            Some(path) => SiteClasses::load(path)?,
+            None => None,
+        };
         stack::install_handler();
+        stack::calibrate(crate::task::Suspend::Park);
 
         let locals: Vec<_> = (0..workers)
             .map(|_| crossbeam_deque::Worker::new_fifo())
@@ -302,6 +374,8 @@ impl RuntimeBuilder {
                     running_name: Mutex::new(None),
                     tid: std::sync::atomic::AtomicI32::new(0),
                     live: AtomicUsize::new(0),
+                    counters: WorkerCounters::default(),
+                    sites: SiteCounts::default(),
                     io,
                 }))
             })
@@ -312,13 +386,20 @@ impl RuntimeBuilder {
             remotes,
             default_class,
             shutdown: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
             spinning: AtomicUsize::new(0),
             monitor_rest: super::monitor::Rest::default(),
+            compute: super::compute::Pool::new(),
+            stack_policy: self.stack_policy.unwrap_or_default(),
             blocking: Arc::new(super::blocking::Pool::new(
                 max_threads - own_threads,
                 max_threads,
             )),
+            has_monitor: AtomicBool::new(false),
+            site_classes,
+            profile_path,
         });
+        super::stats::register(&shared);
         let mut threads = Vec::with_capacity(workers);
         for (index, local) in locals.into_iter().enumerate() {
             let worker_shared = shared.clone();
@@ -348,6 +429,7 @@ impl RuntimeBuilder {
                 .monitor_report
                 .unwrap_or_else(|| Arc::new(super::monitor::print_report));
             runtime.monitor = Some(Monitor::start(runtime.shared.clone(), threshold, report)?);
+            runtime.shared.has_monitor.store(true, Ordering::Relaxed);
         }
         Ok(runtime)
     }
@@ -449,7 +531,61 @@ impl Runtime {
     pub fn workers(&self) -> usize {
         self.threads.len()
     }
+
+    /// Shuts the runtime down gracefully: new spawns are refused from now on (with an error
+    /// from [`crate::task::Builder::spawn`]; `weft::spawn` and [`Handle::spawn`] panic with
+    /// it), the tasks already spawned get until `timeout` to finish, and those still there
+    /// then are cancelled as when the runtime is dropped (their parks unwind). Returns true
+    /// if every task finished in time.
+    ///
+    /// A server stops accepting first (cancel the accept loop's
+    /// [`Context`](crate::context::Context), or close its listener), then calls this so that
+    /// the requests in flight can complete:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let request = rt.spawn(|| weft::time::sleep(Duration::from_millis(20)));
+    /// let stuck = rt.spawn(|| weft::time::sleep(Duration::from_secs(3600)));
+    /// assert!(!rt.shutdown_timeout(Duration::from_millis(200)));
+    /// assert!(request.join().is_ok()); // finished in the grace period
+    /// assert!(weft::task::is_cancelled(&*stuck.join().unwrap_err()));
+    /// ```
+    ///
+    /// # Panics
+    /// When called from one of the runtime's own tasks, like dropping it.
+    pub fn shutdown_timeout(self, timeout: Duration) -> bool {
+        if worker::on_worker_of(&self.shared) {
+            panic!("weft: a runtime cannot be shut down from one of its own tasks");
+        }
+        // SeqCst, like `shutdown`'s store: spawners check it before queueing.
+        self.shared.closing.store(true, Ordering::SeqCst);
+        let deadline = Instant::now().checked_add(timeout);
+        let mut finished_once = false;
+        let finished = loop {
+            // Seen twice in a row, a poll apart: a task in hand between two queues shows.
+            if self.shared.all_tasks_finished() {
+                if finished_once {
+                    break true;
+                }
+                finished_once = true;
+            } else {
+                finished_once = false;
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                break false;
+            }
+            let left = deadline.map_or(GRACE_POLL, |d| d - now);
+            thread::sleep(left.min(GRACE_POLL));
+        };
+        drop(self);
+        finished
+    }
 }
+
+/// How often `shutdown_timeout` looks whether every task has finished.
+const GRACE_POLL: Duration = Duration::from_millis(1);
 
 impl Drop for Runtime {
     fn drop(&mut self) {
@@ -473,7 +609,26 @@ impl Drop for Runtime {
             let _ = thread.join();
         }
         self.shared.cancel_injected();
-        // Last: destructors of cancelled tasks may still call `spawn_blocking` (step 3).
+        self.shared.has_monitor.store(false, Ordering::Relaxed);
+        super::stats::retire(&self.shared);
+        if let Some(path) = &self.shared.profile_path {
+            let profile = crate::metrics::stack_profile();
+            let earlier = self
+                .shared
+                .site_classes
+                .as_ref()
+                .map_or(&[][..], |s| s.entries());
+            let merged = profile.merged_with(earlier);
+            if let Err(e) = merged.write_to(path) {
+                eprintln!(
+                    "weft: cannot write the stack profile {}: {e}",
+                    path.display()
+                );
+            }
+        }
+        // Last: destructors of cancelled tasks may still call `spawn_blocking` or
+        // `compute` (step 3).
+        self.shared.compute.shut_down();
         self.shared.blocking.shut_down();
     }
 }

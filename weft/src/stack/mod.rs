@@ -1,7 +1,8 @@
 //! Task stacks: fixed-size slots of reserved address space, each with a guard page.
 //!
 //! Owns: the size classes, the process-wide pool of slots of each class (warm, cold, and the
-//! batch waiting to be released), and the stack-overflow handler (`overflow.rs`).
+//! batch waiting to be released), the stack-overflow handler (`overflow.rs`), and the
+//! shrinking of parked tasks' stacks (`compact.rs`, on `uffd.rs`).
 //!
 //! ```text
 //!   one region (mmap, MAP_NORESERVE, 32 GiB) per size class, carved into slots:
@@ -20,9 +21,11 @@
 //! Invariants:
 //! 1. A [`Slot`] is owned by exactly one place: a pool, a task that has not started, or a
 //!    running coroutine. Dropping it returns it to its class's pool.
-//! 2. A slot in a pool holds no live frames; its pages may still be committed ("warm").
+//! 2. A slot in a pool holds no live frames; its pages may still be committed ("warm"); it
+//!    is never compacted (compact.rs invariant 7).
 //!
-//! May call: `region.rs`, libc. Called by: `task` (spawn), `sched` (worker caches).
+//! May call: `region.rs`, `compact.rs`, libc. Called by: `task` (spawn), `sched` (worker
+//! caches, parked stacks, the stack depth samples of `weft::metrics`), `metrics` (`usage`).
 //!
 //! # The default size: 256 KiB
 //! An overflow aborts the whole process, so the default is chosen for the user's safety, not
@@ -48,15 +51,35 @@
 //! a large excess at once held one worker for tens of milliseconds and made a million sleepers
 //! wake up to 200 ms late.
 //!
+//! # Parked stacks give their memory back
+//! A parked task needs only its live frames: a few hundred bytes at the top of its slot. Its
+//! worker gives the rest back in steps between tasks, as [`StackPolicy`] says: *reclaim*
+//! drops the pages below the task's stack pointer; *compaction* copies the live bytes into an
+//! exact-size heap buffer and releases the whole slot, guard marker included, so that whole
+//! 2 MiB windows of parked slots also give back their page-table page. Measured here
+//! (`bench/src/bin/stack_settle.rs`): a million idle tasks settle from 4,850 to 732 B each
+//! (RSS + page tables), and as low once they had used 8 or 64 KiB of stack. Compaction is
+//! sound only where the kernel holds *every* access to a released page until it is filled
+//! again — other threads may write into a parked task's locals, weft's own channel waiters
+//! live there — which is what [`mode`] reports; the argument is in `compact.rs`. On kernels
+//! or permissions without it, weft reclaims only.
+//!
 //! # What may live on a parked stack
 //! Anything the task's closure owns: the task never leaves the OS thread it started on, so
 //! `!Send` values (an `Rc`, a `std::sync::MutexGuard`) and thread-local borrows stay on their
 //! thread across a park. What may not: a borrow of another task's stack.
 
+mod compact;
 mod overflow;
 mod region;
+mod uffd;
 
+pub use compact::{counters, mode, Counters, StackMode, StackPolicy, DEFAULT_STACK_BATCH};
 pub use region::guards_are_markers;
+#[allow(unused_imports)] // used by `weft::metrics`
+pub(crate) use region::regions;
+
+pub(crate) use compact::{calibrate, switch_out, LiveStack, ParkedStack, ParkedStacks};
 
 pub(crate) use overflow::{install_handler, set_running, AltStack, DescribeTask};
 
@@ -129,6 +152,8 @@ impl SizeClass {
 pub struct Slot {
     start: usize,
     class: SizeClass,
+    /// Its pages were never touched or were given back (carved, or taken from the cold list).
+    fresh: bool,
 }
 
 impl Slot {
@@ -152,6 +177,82 @@ impl Slot {
     pub fn start(&self) -> usize {
         self.start
     }
+
+    /// Before its task first runs, on the worker that runs it: fills the top page of a fresh
+    /// slot in a region registered with userfaultfd, so that the task's first frames do not
+    /// fault through the fault thread (compact.rs, "Stack growth in a registered region").
+    /// Done here and not when the slot is taken: a burst of spawns takes slots long before
+    /// their tasks run, and the region may be registered meanwhile.
+    pub(crate) fn prepare(&mut self) {
+        if std::mem::take(&mut self.fresh) {
+            compact::prefill(&[self.start], self.size());
+        }
+    }
+}
+
+impl Slot {
+    /// Gives every page of the slot back to the kernel, for a task whose stack depth
+    /// `weft::metrics` samples: afterwards the resident pages are the next task's alone
+    /// ([`Slot::resident_depth`]). The slot must hold no live frames (invariant 2).
+    pub(crate) fn release_pages(&self) {
+        region::release_slots(&[self.start], self.size());
+    }
+
+    /// Bytes from the top of the slot down to its lowest resident page: the deepest the
+    /// stacks run on it since its pages were last released reached, rounded up to a page.
+    pub(crate) fn resident_depth(&self) -> usize {
+        let page = region::page_size();
+        region::lowest_resident_page(self.start + page, self.size() - page)
+            .map_or(0, |low| self.start + self.size() - low)
+    }
+}
+
+/// The slots of one size class, for `weft::metrics`.
+#[derive(Debug, Clone)]
+pub(crate) struct ClassUsage {
+    /// The slot size, guard page included.
+    pub(crate) slot_bytes: usize,
+    /// The class's regions as `(start, len, carved_end)`: slots were carved from
+    /// `[start, carved_end)` so far.
+    pub(crate) regions: Vec<(usize, usize, usize)>,
+    /// Slots carved so far.
+    pub(crate) carved_slots: usize,
+}
+
+/// Every size class that has slots, with the ranges carved from its regions.
+pub(crate) fn usage() -> Vec<ClassUsage> {
+    let Some(pools) = POOLS.get() else {
+        return Vec::new();
+    };
+    let regions = region::regions();
+    let mut out = Vec::new();
+    for pool in pools {
+        let next = pool.inner.lock().unwrap_or_else(|e| e.into_inner()).next;
+        let size = pool.class.bytes();
+        let mut usage = ClassUsage {
+            slot_bytes: size,
+            regions: Vec::new(),
+            carved_slots: 0,
+        };
+        for &(start, len, slot_size) in &regions {
+            if slot_size != size {
+                continue;
+            }
+            // The current region is carved up to `next`; earlier ones were carved whole
+            // before the next was reserved (`SlotPool::carve`).
+            let end = if (start..=start + len).contains(&next) {
+                next
+            } else {
+                start + len / size * size
+            };
+            usage.regions.push((start, len, end));
+            usage.carved_slots += (end - start) / size;
+        }
+        if !usage.regions.is_empty() {
+            out.push(usage);
+        }
+    }
+    out
 }
 
 impl Drop for Slot {
@@ -160,6 +261,7 @@ impl Drop for Slot {
         pool(self.class).put(Slot {
             start: self.start,
             class: self.class,
+            fresh: false,
         });
     }
 }
@@ -236,14 +338,31 @@ impl SlotPool {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let before = out.len();
         while out.len() - before < n {
-            let Some(start) = inner.warm.pop_back().or_else(|| inner.cold.pop()) else {
+            if let Some(start) = inner.warm.pop_back() {
+                out.push(Slot {
+                    start,
+                    class,
+                    fresh: false,
+                });
+                continue;
+            }
+            let Some(start) = inner.cold.pop() else {
                 break;
             };
-            out.push(Slot { start, class });
+            // A released slot: its top page is missing again.
+            out.push(Slot {
+                start,
+                class,
+                fresh: true,
+            });
         }
         if out.len() == before {
             let starts = self.carve(&mut inner, n)?;
-            out.extend(starts.into_iter().map(|start| Slot { start, class }));
+            out.extend(starts.into_iter().map(|start| Slot {
+                start,
+                class,
+                fresh: true,
+            }));
         }
         Ok(())
     }
@@ -402,6 +521,16 @@ mod tests {
         local.put(a);
         local.put(b);
         assert_eq!(local.take(class).unwrap().start(), b_start);
+    }
+
+    #[test]
+    fn regions_list_the_region_of_every_slot() {
+        let class = SizeClass::for_size(64 << 10).unwrap();
+        let slot = Slot::take(class).unwrap();
+        let found = regions().into_iter().any(|(start, len, size)| {
+            size == slot.size() && slot.start() >= start && slot.start() < start + len
+        });
+        assert!(found, "slot {:#x} in no listed region", slot.start());
     }
 
     #[test]

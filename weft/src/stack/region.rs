@@ -7,6 +7,12 @@
 //! 1. A region, once published in [`REGIONS`], is never unmapped: slots point into it for the
 //!    life of the process, and the signal handler reads the table without locks.
 //! 2. Every slot handed out has its lowest page guarded before its first use.
+//! 3. Where compaction may run, a region has a table of one pointer per slot (compact.rs
+//!    invariant 2), published with the region and never freed. The region is registered
+//!    with userfaultfd (whole, once: uffd.rs invariant 1) at its first compaction, before
+//!    any of its slots is COMPACTED, and stays registered; until then its faults are the
+//!    kernel's ordinary ones, so a burst of spawns into a fresh region costs what it did
+//!    without compaction.
 //!
 //! May call: libc. Called by: `stack/mod.rs`, `stack/overflow.rs`.
 //!
@@ -16,11 +22,16 @@
 //! guarded slots stay one mapping.
 
 use std::io;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 /// `madvise` advice that installs guard markers (Linux 6.13+); not yet in every libc release.
-const MADV_GUARD_INSTALL: libc::c_int = 102;
+pub(crate) const MADV_GUARD_INSTALL: libc::c_int = 102;
+/// `madvise` advice that removes guard markers.
+const MADV_GUARD_REMOVE: libc::c_int = 103;
+/// Regions start on a 2 MiB boundary, the span of one page-table page (compact.rs, "Page
+/// tables").
+const REGION_ALIGN: usize = 2 << 20;
 
 /// Bytes of address space reserved at once for one size class. `MAP_NORESERVE` makes this
 /// free until touched; 32 GiB holds 131,072 slots of 256 KiB, so a million default tasks
@@ -37,13 +48,24 @@ struct RegionEntry {
     start: AtomicUsize,
     len: AtomicUsize,
     slot_size: AtomicUsize,
+    /// The compaction table (invariant 3), or null.
+    table: AtomicPtr<AtomicPtr<u8>>,
+    /// Registered with userfaultfd (invariant 3); `REGISTER_FAILED` if that failed.
+    registered: AtomicU8,
 }
+
+/// `RegionEntry::registered`: not yet, done, failed for good.
+const REGISTER_NOT_YET: u8 = 0;
+const REGISTER_DONE: u8 = 1;
+const REGISTER_FAILED: u8 = 2;
 
 #[allow(clippy::declare_interior_mutable_const)]
 const EMPTY_ENTRY: RegionEntry = RegionEntry {
     start: AtomicUsize::new(0),
     len: AtomicUsize::new(0),
     slot_size: AtomicUsize::new(0),
+    table: AtomicPtr::new(std::ptr::null_mut()),
+    registered: AtomicU8::new(REGISTER_NOT_YET),
 };
 static REGIONS: [RegionEntry; MAX_REGIONS] = [EMPTY_ENTRY; MAX_REGIONS];
 static REGION_COUNT: AtomicUsize = AtomicUsize::new(0);
@@ -60,6 +82,36 @@ pub(crate) fn page_size() -> usize {
 /// for the overflow handler. Returns the start address.
 pub(crate) fn reserve(slot_size: usize) -> io::Result<usize> {
     let len = REGION_BYTES.max(slot_size);
+    let start = map_aligned(len)?;
+    let table = if super::compact::register_regions() {
+        make_table(len, slot_size)
+    } else {
+        std::ptr::null_mut()
+    };
+    let _publish = REGION_PUBLISH.lock().unwrap_or_else(|e| e.into_inner());
+    let index = REGION_COUNT.load(Ordering::Relaxed);
+    if index == MAX_REGIONS {
+        // SAFETY: the mapping was just created above and nothing else knows of it.
+        unsafe { libc::munmap(start as *mut libc::c_void, len) };
+        return Err(io::Error::new(
+            io::ErrorKind::OutOfMemory,
+            "weft: the address space for task stacks is exhausted",
+        ));
+    }
+    let entry = &REGIONS[index];
+    entry.start.store(start, Ordering::Relaxed);
+    entry.len.store(len, Ordering::Relaxed);
+    entry.slot_size.store(slot_size, Ordering::Relaxed);
+    entry.table.store(table, Ordering::Relaxed);
+    entry.registered.store(REGISTER_NOT_YET, Ordering::Relaxed);
+    // Release: pairs with the Acquire load in `guard_page_of`, so the handler sees the fields.
+    REGION_COUNT.store(index + 1, Ordering::Release);
+    Ok(start)
+}
+
+/// A fresh private anonymous mapping of `len` bytes, readable and writable (`MAP_NORESERVE`:
+/// address space, committed a page at a time on first touch); `None` if the kernel refuses.
+pub(crate) fn map_anonymous(len: usize) -> Option<*mut libc::c_void> {
     // SAFETY: an anonymous private mapping at an address of the kernel's choosing touches no
     // existing memory.
     let ptr = unsafe {
@@ -72,31 +124,299 @@ pub(crate) fn reserve(slot_size: usize) -> io::Result<usize> {
             0,
         )
     };
-    if ptr == libc::MAP_FAILED {
+    (ptr != libc::MAP_FAILED).then_some(ptr)
+}
+
+/// Maps `len` bytes of address space, [`REGION_ALIGN`]-aligned.
+fn map_aligned(len: usize) -> io::Result<usize> {
+    let padded = len + REGION_ALIGN;
+    let Some(ptr) = map_anonymous(padded) else {
         let err = io::Error::last_os_error();
         return Err(io::Error::new(
             err.kind(),
             format!("weft: cannot reserve {len} bytes of address space for task stacks: {err}"),
         ));
+    };
+    let raw = ptr as usize;
+    let start = raw.next_multiple_of(REGION_ALIGN);
+    // SAFETY: both pieces lie in the mapping just made, outside `[start, start + len)`.
+    unsafe {
+        if start > raw {
+            libc::munmap(raw as *mut libc::c_void, start - raw);
+        }
+        let end = start + len;
+        if raw + padded > end {
+            libc::munmap(end as *mut libc::c_void, raw + padded - end);
+        }
     }
-    let start = ptr as usize;
-    let _publish = REGION_PUBLISH.lock().unwrap_or_else(|e| e.into_inner());
-    let index = REGION_COUNT.load(Ordering::Relaxed);
-    if index == MAX_REGIONS {
-        // SAFETY: the mapping was just created above and nothing else knows of it.
-        unsafe { libc::munmap(ptr, len) };
-        return Err(io::Error::new(
-            io::ErrorKind::OutOfMemory,
-            "weft: the address space for task stacks is exhausted",
-        ));
-    }
-    let entry = &REGIONS[index];
-    entry.start.store(start, Ordering::Relaxed);
-    entry.len.store(len, Ordering::Relaxed);
-    entry.slot_size.store(slot_size, Ordering::Relaxed);
-    // Release: pairs with the Acquire load in `guard_page_of`, so the handler sees the fields.
-    REGION_COUNT.store(index + 1, Ordering::Release);
     Ok(start)
+}
+
+/// Maps the region's compaction table; null if that fails (then the region is never
+/// compacted).
+fn make_table(len: usize, slot_size: usize) -> *mut AtomicPtr<u8> {
+    let bytes = (len / slot_size) * std::mem::size_of::<AtomicPtr<u8>>();
+    // Zero pages read as null pointers.
+    map_anonymous(bytes).map_or(std::ptr::null_mut(), |table| table.cast())
+}
+
+fn entry_of(addr: usize) -> Option<&'static RegionEntry> {
+    // Acquire: pairs with the Release store in `reserve`.
+    let count = REGION_COUNT.load(Ordering::Acquire);
+    REGIONS[..count].iter().find(|entry| {
+        let start = entry.start.load(Ordering::Relaxed);
+        addr >= start && addr < start + entry.len.load(Ordering::Relaxed)
+    })
+}
+
+/// Whether the region holding `addr` is registered with userfaultfd (invariant 3).
+pub(crate) fn registered(addr: usize) -> bool {
+    // Acquire: pairs with the Release store in `ensure_registered`.
+    entry_of(addr).is_some_and(|e| e.registered.load(Ordering::Acquire) == REGISTER_DONE)
+}
+
+/// Registers the region holding `addr` with userfaultfd unless it is already (invariant 3);
+/// false if it cannot be (then nothing in it is compacted).
+pub(crate) fn ensure_registered(addr: usize) -> bool {
+    let Some(entry) = entry_of(addr) else {
+        return false;
+    };
+    // Acquire: pairs with the Release store below.
+    match entry.registered.load(Ordering::Acquire) {
+        REGISTER_DONE => return true,
+        REGISTER_FAILED => return false,
+        _ => {}
+    }
+    if entry.table.load(Ordering::Relaxed).is_null() {
+        return false;
+    }
+    let _publish = REGION_PUBLISH.lock().unwrap_or_else(|e| e.into_inner());
+    if entry.registered.load(Ordering::Relaxed) == REGISTER_NOT_YET {
+        let start = entry.start.load(Ordering::Relaxed);
+        let len = entry.len.load(Ordering::Relaxed);
+        let state = if super::uffd::register(start, len) {
+            REGISTER_DONE
+        } else {
+            REGISTER_FAILED
+        };
+        // Release: pairs with the Acquire loads above and in `registered`.
+        entry.registered.store(state, Ordering::Release);
+    }
+    entry.registered.load(Ordering::Relaxed) == REGISTER_DONE
+}
+
+/// The region holding `addr`: (start, slot size, table).
+fn region_of(addr: usize) -> Option<(usize, usize, *mut AtomicPtr<u8>)> {
+    // Acquire: pairs with the Release store in `reserve`.
+    let count = REGION_COUNT.load(Ordering::Acquire);
+    REGIONS[..count].iter().find_map(|entry| {
+        let start = entry.start.load(Ordering::Relaxed);
+        let len = entry.len.load(Ordering::Relaxed);
+        (addr >= start && addr < start + len).then(|| {
+            (
+                start,
+                entry.slot_size.load(Ordering::Relaxed),
+                entry.table.load(Ordering::Relaxed),
+            )
+        })
+    })
+}
+
+/// Every stack region reserved so far, as (start, length, slot size): for `weft::metrics`,
+/// which matches them against `/proc/self/smaps` to measure committed stack memory.
+#[allow(dead_code)] // used by `weft::metrics`
+pub(crate) fn regions() -> Vec<(usize, usize, usize)> {
+    // Acquire: pairs with the Release store in `reserve`.
+    let count = REGION_COUNT.load(Ordering::Acquire);
+    REGIONS[..count]
+        .iter()
+        .map(|e| {
+            (
+                e.start.load(Ordering::Relaxed),
+                e.len.load(Ordering::Relaxed),
+                e.slot_size.load(Ordering::Relaxed),
+            )
+        })
+        .collect()
+}
+
+/// The slot holding `addr`, as (start, size), if it lies in a stack region.
+pub(crate) fn slot_of(addr: usize) -> Option<(usize, usize)> {
+    let (start, size, _) = region_of(addr)?;
+    Some((start + (addr - start) / size * size, size))
+}
+
+/// The compaction table entry of the slot starting at `slot`; `None` outside a region that
+/// has a table (invariant 3).
+pub(crate) fn table_entry(slot: usize) -> Option<&'static AtomicPtr<u8>> {
+    let (start, size, table) = region_of(slot)?;
+    if table.is_null() {
+        return None;
+    }
+    // SAFETY: invariant 3: the table has one entry per slot of the region and is never freed.
+    Some(unsafe { &*table.add((slot - start) / size) })
+}
+
+/// Calls `f(slot, size, entry)` for every slot of every registered region whose table page
+/// is resident (the others are all null). For a forked child: no locks, no allocation.
+pub(crate) fn for_each_table_entry(mut f: impl FnMut(usize, usize, &AtomicPtr<u8>)) {
+    let count = REGION_COUNT.load(Ordering::Acquire);
+    for entry in &REGIONS[..count] {
+        let table = entry.table.load(Ordering::Relaxed);
+        if table.is_null() {
+            continue;
+        }
+        let start = entry.start.load(Ordering::Relaxed);
+        let size = entry.slot_size.load(Ordering::Relaxed);
+        let slots = entry.len.load(Ordering::Relaxed) / size;
+        let per_page = page_size() / std::mem::size_of::<AtomicPtr<u8>>();
+        let mut resident = [0u8; 1];
+        for first in (0..slots).step_by(per_page) {
+            // SAFETY: the table's pages; mincore only reads the page tables.
+            let page_addr = unsafe { table.add(first) } as *mut libc::c_void;
+            // SAFETY: one byte out for one page in.
+            let rc = unsafe { libc::mincore(page_addr, 1, resident.as_mut_ptr()) };
+            if rc != 0 || resident[0] & 1 == 0 {
+                continue;
+            }
+            for i in first..(first + per_page).min(slots) {
+                // SAFETY: invariant 3.
+                f(start + i * size, size, unsafe { &*table.add(i) });
+            }
+        }
+    }
+}
+
+/// Whether `madvise(MADV_GUARD_INSTALL)` works here: tried on a scratch mapping.
+pub(crate) fn guard_markers_supported() -> bool {
+    let page = page_size();
+    let Some(ptr) = map_anonymous(2 * page) else {
+        return false;
+    };
+    // SAFETY: the scratch mapping just made, unmapped right after.
+    unsafe {
+        let ok = libc::madvise(ptr, page, MADV_GUARD_INSTALL) == 0;
+        libc::munmap(ptr, 2 * page);
+        ok
+    }
+}
+
+/// Whether a userfaultfd registration with write-protection works: tried on a scratch
+/// mapping (unmapping it ends the registration).
+pub(crate) fn probe_registration() -> bool {
+    let page = page_size();
+    let Some(ptr) = map_anonymous(page) else {
+        return false;
+    };
+    let ok = super::uffd::register(ptr as usize, page);
+    // SAFETY: the scratch mapping just made.
+    unsafe { libc::munmap(ptr, page) };
+    ok
+}
+
+/// Removes the guard markers in `[start, start + len)`; false on error.
+pub(crate) fn remove_guards(start: usize, len: usize) -> bool {
+    // SAFETY: a range of slots whose tasks are suspended and locked (compact.rs invariant 3).
+    unsafe { libc::madvise(start as *mut libc::c_void, len, MADV_GUARD_REMOVE) == 0 }
+}
+
+/// Which pages of `[start, start + len)` are resident, one byte per page (bit 0); false on
+/// error.
+pub(crate) fn resident_pages(start: usize, len: usize, out: &mut [u8]) -> bool {
+    assert!(
+        out.len() >= len.div_ceil(page_size()),
+        "mincore vector too short"
+    );
+    // SAFETY: `out` holds a byte per page of the range.
+    unsafe { libc::mincore(start as *mut libc::c_void, len, out.as_mut_ptr()) == 0 }
+}
+
+/// Drops every page of `[start, start + len)` (`MADV_DONTNEED`).
+pub(crate) fn release_range(start: usize, len: usize) {
+    // SAFETY: the callers hold the slots' locks and the range holds nothing live
+    // (compact.rs invariants 3 and 2).
+    unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_DONTNEED) };
+}
+
+/// Releases the resident pages of each range `(start, len)`, which hold nothing live, in
+/// batches of one `process_madvise` call; returns the bytes released.
+pub(crate) fn release_resident(ranges: &[(usize, usize)]) -> usize {
+    let page = page_size();
+    let mut released = 0;
+    let mut batch: Vec<(usize, usize)> = Vec::with_capacity(ranges.len().min(MADVISE_BATCH));
+    let mut vec = Vec::new();
+    let flush = |batch: &mut Vec<(usize, usize)>| {
+        if batch.is_empty() {
+            return;
+        }
+        let done = self_pidfd().is_some_and(|pidfd| {
+            // SAFETY: dead stack pages (compact.rs invariant 1).
+            unsafe { process_madvise_ranges(pidfd, batch, libc::MADV_DONTNEED) }.is_ok()
+        });
+        if !done {
+            for &(start, len) in batch.iter() {
+                // SAFETY: as above.
+                unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_DONTNEED) };
+            }
+        }
+        batch.clear();
+    };
+    for &(start, len) in ranges {
+        vec.clear();
+        vec.resize(len.div_ceil(page), 0u8);
+        if !resident_pages(start, len, &mut vec) {
+            continue;
+        }
+        let resident = vec.iter().filter(|&&r| r & 1 != 0).count();
+        if resident == 0 {
+            continue;
+        }
+        released += resident * page;
+        batch.push((start, len));
+        if batch.len() == MADVISE_BATCH {
+            flush(&mut batch);
+        }
+    }
+    flush(&mut batch);
+    released
+}
+
+/// One `process_madvise(2)` call over at most [`MADVISE_BATCH`] ranges.
+///
+/// # Safety
+/// The advice must be harmless to every range.
+unsafe fn process_madvise_ranges(
+    pidfd: libc::c_int,
+    ranges: &[(usize, usize)],
+    advice: libc::c_int,
+) -> io::Result<()> {
+    assert!(
+        ranges.len() <= MADVISE_BATCH,
+        "process_madvise batch too long"
+    );
+    let iov: Vec<libc::iovec> = ranges
+        .iter()
+        .map(|&(start, len)| libc::iovec {
+            iov_base: start as *mut libc::c_void,
+            iov_len: len,
+        })
+        .collect();
+    // SAFETY: the iovecs live for the call; the advice is the caller's contract.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_process_madvise,
+            pidfd,
+            iov.as_ptr(),
+            iov.len(),
+            advice,
+            0,
+        )
+    };
+    let total: usize = ranges.iter().map(|r| r.1).sum();
+    if rc < 0 || rc as usize != total {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// If `addr` lies in the guard page of some slot, returns that slot's start and size.
@@ -114,6 +434,30 @@ pub(crate) fn guard_page_of(addr: usize) -> Option<(usize, usize)> {
             let slot_start = start + (addr - start) / slot_size * slot_size;
             return (addr - slot_start < page).then_some((slot_start, slot_size));
         }
+    }
+    None
+}
+
+/// The lowest resident page of `[start, start + len)`, by `mincore(2)`, if any; the range
+/// must lie inside one region and be page-aligned. Asks for 512 pages at a time into a buffer
+/// on this stack: no allocation on the worker (see `process_madvise`).
+pub(crate) fn lowest_resident_page(start: usize, len: usize) -> Option<usize> {
+    let page = page_size();
+    let mut vec = [0u8; 512];
+    let mut at = start;
+    while at < start + len {
+        let chunk = (start + len - at).min(vec.len() * page);
+        // SAFETY: `vec` has a byte for each of the ≤ 512 pages of `[at, at + chunk)` for the
+        // kernel to fill; mincore only reads the page tables of that range, which is mapped
+        // (a region, invariant 1).
+        let rc = unsafe { libc::mincore(at as *mut libc::c_void, chunk, vec.as_mut_ptr()) };
+        if rc != 0 {
+            return None;
+        }
+        if let Some(i) = vec[..chunk / page].iter().position(|v| v & 1 != 0) {
+            return Some(at + i * page);
+        }
+        at += chunk;
     }
     None
 }
@@ -169,6 +513,13 @@ pub(crate) fn install_guards(starts: &[usize]) -> io::Result<()> {
         install_guard(addr)?;
     }
     Ok(())
+}
+
+/// Reinstalls the guard marker of a slot whose marker was removed (compact.rs invariant 4):
+/// one plain `madvise`, cheaper for one page than a `process_madvise` batch.
+pub(crate) fn install_guard_marker(slot: usize) {
+    // SAFETY: the slot's first page, which holds nothing (its task is not running).
+    unsafe { libc::madvise(slot as *mut libc::c_void, page_size(), MADV_GUARD_INSTALL) };
 }
 
 /// Guards one page: `madvise(MADV_GUARD_INSTALL)`, else `mprotect(PROT_NONE)`.

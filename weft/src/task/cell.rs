@@ -33,8 +33,10 @@ use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
 
-use super::join::{Completion, JoinSlot, CANCELLED, LEAKED};
-use super::{Cancelled, Header};
+use std::sync::atomic::Ordering;
+
+use super::join::{Completion, JoinSlot};
+use super::{interrupt, Cancelled, Header};
 use crate::park::Waiter;
 
 /// The typed operations of one `Cell<F, T>`, reached from its header.
@@ -91,18 +93,32 @@ where
         // SAFETY: the caller's contract.
         let cell = unsafe { Self::from_header(header) };
         let body = cell.take_body().expect("weft: task body run twice");
-        let result = if cell.header.cancelling.get() {
-            // Cancelled before it ever ran (shutdown step 2): the closure is dropped here, on
-            // the task's own stack, like any of its destructors.
+        // Acquire: pairs with the Release `fetch_or` of `Task::interrupt`.
+        let bits = cell.header.interrupt.load(Ordering::Acquire);
+        let result = if bits & (interrupt::SHUTDOWN | interrupt::CANCEL) != 0 {
+            // Cancelled before it ever ran (shutdown step 2, or `Task::cancel`): the closure
+            // is dropped here, on the task's own stack, like any of its destructors.
             drop_in_task(body);
-            Err(Box::new(CANCELLED) as Box<dyn Any + Send>)
+            let why = if bits & interrupt::SHUTDOWN != 0 {
+                Cancelled::SHUTDOWN
+            } else {
+                Cancelled::REQUESTED
+            };
+            Err(Box::new(why) as Box<dyn Any + Send>)
         } else {
-            match catch_unwind(AssertUnwindSafe(body)) {
-                // Shutdown unwound this task at a park: its frames are gone, tell the joiner.
-                Err(payload) if payload.is::<Cancelled>() => Err(Box::new(CANCELLED) as _),
-                result => result,
-            }
+            // A cancelled task unwound at a park: its frames are gone, and the payload (a
+            // `Cancelled`) tells the joiner.
+            catch_unwind(AssertUnwindSafe(body))
         };
+        // A cancel is spent once the closure has ended: the destructors below (task-locals,
+        // a detached result) may park as usual. A shutdown's bit stays: its parks unwind on.
+        if cell.header.interrupt.load(Ordering::Relaxed) & !interrupt::SHUTDOWN != 0 {
+            cell.header
+                .interrupt
+                .fetch_and(interrupt::SHUTDOWN, Ordering::Relaxed);
+        }
+        // The task's task-locals go with it, before its joiner hears of the end.
+        super::local::drop_task_locals(&cell.header);
         match cell.join.complete(result) {
             Completion::Joined(joiner) => joiner,
             // No handle: the result (or panic payload) is dropped here, still in the task
@@ -120,7 +136,7 @@ where
         // SAFETY: the caller's contract.
         let cell = unsafe { Self::from_header(header) };
         drop_in_task(cell.take_body());
-        cell.complete_without_result(CANCELLED);
+        cell.complete_without_result(Cancelled::SHUTDOWN);
     }
 
     /// # Safety
@@ -129,11 +145,11 @@ where
     unsafe fn abandon(header: NonNull<Header>) {
         // SAFETY: the caller's contract.
         let cell = unsafe { Self::from_header(header) };
-        cell.complete_without_result(LEAKED);
+        cell.complete_without_result(Cancelled::LEAKED);
     }
 
     /// Completes the join slot with an error payload and wakes the joiner.
-    fn complete_without_result(&self, why: &'static str) {
+    fn complete_without_result(&self, why: Cancelled) {
         match self.join.complete(Err(Box::new(why))) {
             Completion::Joined(Some(joiner)) => joiner.wake(),
             Completion::Joined(None) | Completion::Detached(_) => {}

@@ -4,6 +4,7 @@
 //!
 //! ```text
 //!   EMPTY ──join: waiter stored, CAS──► WAITING ──complete: swap──► DONE (wake the waiter)
+//!                                        └──join timed out: CAS──► EMPTY (the joiner drops its waiter)
 //!     ├────────────────complete: swap──────────────────────────────► DONE (no one to wake)
 //!     └──handle dropped: swap──► DETACHED ──complete: swap──► DONE (the task drops the result)
 //!   DONE ──handle dropped: swap──► DETACHED (the dropper drops the result)
@@ -15,14 +16,17 @@
 //! 2. `waiter` is written only by the joiner, before its CAS to WAITING; taken only by the
 //!    completion after its swap saw WAITING.
 //! 3. The slot is completed exactly once, by the task's cell (task/cell.rs invariant 2):
-//!    with its result, or with [`CANCELLED`] when it was dropped before it ran or unwound
-//!    at shutdown.
+//!    with its result, or with a `Cancelled` payload when it was dropped before it ran or
+//!    unwound at a park because it was cancelled.
 //! 4. A result no one will join is dropped by user code's own context, never by a worker
 //!    between tasks: a handle dropped before completion (DETACHED) makes `complete` hand the
 //!    result back to the task, which drops it on its own stack (task/cell.rs); a handle
 //!    dropped after completion takes the result and drops it itself, like
 //!    `std::thread::JoinHandle`. So a result's `Drop` that panics is caught like a task's
 //!    panic, and one that blocks parks its task instead of blocking a worker thread.
+//! 5. A joiner that stops waiting (`join_timeout`) takes its waiter back only by its own CAS
+//!    WAITING → EMPTY; if that fails the state is DONE and the result is the joiner's. The
+//!    handle survives a timed-out join, so a later join (or the handle's drop) takes over.
 //!
 //! Checked by `src/tests/loom_join.rs`.
 
@@ -53,14 +57,6 @@ pub(crate) enum Completion<T> {
     /// The handle is gone: the caller drops the result (invariant 4).
     Detached(thread::Result<T>),
 }
-
-/// The payload `join` returns for a task that never finished because its runtime shut down.
-pub(crate) const CANCELLED: &str = "weft: task cancelled: its runtime shut down";
-/// The payload `join` returns for a task that parked again while being cancelled at shutdown
-/// and was never woken: its stack is leaked, it will never finish.
-#[cfg(not(loom))]
-pub(crate) const LEAKED: &str =
-    "weft: task leaked: it parked while being cancelled at shutdown and was never woken";
 
 pub(crate) struct JoinSlot<T> {
     state: AtomicU8,
@@ -124,15 +120,16 @@ impl<T> JoinSlot<T> {
         self.state.load(Ordering::Acquire) == DONE
     }
 
-    /// Blocks the caller (parks its task, or its thread) until the result is in, and takes it.
-    pub(crate) fn wait(
+    /// Like `wait`, but `park` returns false once the joiner's deadline has passed: then the
+    /// joiner withdraws (invariant 5) and gets `None`, unless the result came in meanwhile.
+    pub(crate) fn wait_timed(
         &self,
         current: impl FnOnce() -> Waiter,
-        park: impl Fn(),
-    ) -> thread::Result<T> {
+        park: impl Fn() -> bool,
+    ) -> Option<thread::Result<T>> {
         if !self.is_done() {
             // SAFETY: invariant 2: the state is not WAITING yet, so the completion does not read
-            // `waiter`; only this joiner (there is one: `join` takes the handle by value) writes.
+            // `waiter`; only this joiner (there is one: joins take the handle by value) writes.
             unsafe { *self.waiter.get() = Some(current()) };
             // Release: publishes `waiter` (pairs with the AcqRel swap in `complete`).
             // Acquire on failure: the state is DONE; pairs with the Release of that swap.
@@ -142,12 +139,44 @@ impl<T> JoinSlot<T> {
                 .is_ok()
             {
                 while !self.is_done() {
-                    park();
+                    if park() {
+                        continue;
+                    }
+                    // Acquire on failure: the state is DONE; pairs with `complete`'s swap.
+                    // Relaxed on success: the completion has not run and read nothing.
+                    if self
+                        .state
+                        .compare_exchange(WAITING, EMPTY, Ordering::Relaxed, Ordering::Acquire)
+                        .is_ok()
+                    {
+                        // SAFETY: invariant 5: back in EMPTY by our CAS, the completion will
+                        // not read `waiter`; only this joiner writes it.
+                        drop(unsafe { (*self.waiter.get()).take() });
+                        return None;
+                    }
                 }
+            } else {
+                // SAFETY: the CAS failed, so the state is DONE and the completion never read
+                // `waiter`: it is still ours.
+                drop(unsafe { (*self.waiter.get()).take() });
             }
         }
         // SAFETY: invariant 1: DONE was observed with Acquire, and the completion is finished.
-        unsafe { (*self.result.get()).take() }.expect("weft: join slot done without a result")
+        Some(unsafe { (*self.result.get()).take() }.expect("weft: join slot done without a result"))
+    }
+
+    /// Blocks the caller (parks its task, or its thread) until the result is in, and takes it.
+    pub(crate) fn wait(
+        &self,
+        current: impl FnOnce() -> Waiter,
+        park: impl Fn(),
+    ) -> thread::Result<T> {
+        let park = || {
+            park();
+            true
+        };
+        self.wait_timed(current, park)
+            .expect("weft: an untimed join gave up")
     }
 }
 
@@ -178,8 +207,10 @@ impl<T: 'static> JoinHandle<T> {
     }
 
     /// Waits for the task to finish and returns its result; a panic in the task comes back as
-    /// `Err` with the panic's payload, like `std::thread::JoinHandle::join`. A task cancelled
-    /// by its runtime's shutdown gives `Err` with a `&str` payload saying so.
+    /// `Err` with the panic's payload, like `std::thread::JoinHandle::join`. A cancelled task
+    /// (by [`cancel`](Self::cancel) or its runtime's shutdown) gives `Err` with a
+    /// [`Cancelled`](super::Cancelled) payload: `payload.is::<weft::task::Cancelled>()` or
+    /// [`is_cancelled`](super::is_cancelled) tells a cancellation from a panic.
     ///
     /// From a task this parks only the task; from a plain OS thread it blocks the thread.
     pub fn join(self) -> thread::Result<T> {
@@ -191,6 +222,63 @@ impl<T: 'static> JoinHandle<T> {
         // SAFETY: `this` is never used or dropped again; its task reference is dropped once.
         drop(unsafe { std::ptr::read(&this.task) });
         result
+    }
+
+    /// Like [`join`](Self::join), but waits at most `timeout`: `Err(self)` if the task has
+    /// not finished by then, so the caller may [`cancel`](Self::cancel) it, join again, or
+    /// drop the handle (detaching the task).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// weft::run(|| {
+    ///     let h = weft::spawn(|| weft::time::sleep(Duration::from_secs(60)));
+    ///     let h = h.join_timeout(Duration::from_millis(10)).unwrap_err();
+    ///     h.cancel();
+    ///     assert!(weft::task::is_cancelled(&*h.join().unwrap_err()));
+    /// });
+    /// ```
+    ///
+    /// # Errors
+    /// The handle itself, when the deadline passed first.
+    pub fn join_timeout(self, timeout: std::time::Duration) -> Result<thread::Result<T>, Self> {
+        match std::time::Instant::now().checked_add(timeout) {
+            Some(deadline) => self.join_deadline(deadline),
+            None => Ok(self.join()),
+        }
+    }
+
+    /// Like [`join_timeout`](Self::join_timeout), waiting until `deadline` at the latest.
+    ///
+    /// # Errors
+    /// The handle itself, when the deadline passed first.
+    pub fn join_deadline(self, deadline: std::time::Instant) -> Result<thread::Result<T>, Self> {
+        let park = || {
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            crate::park::park_current_until(deadline);
+            true
+        };
+        // A joiner cancelled while it waits unwinds out of `wait_timed` with its waiter
+        // still registered: the handle's drop detaches, which the completion handles like a
+        // waiter no one reads (it wakes a task that is gone: a stray token, harmless).
+        match self.slot().wait_timed(Waiter::current, park) {
+            Some(result) => {
+                let this = std::mem::ManuallyDrop::new(self);
+                // SAFETY: as in `join`.
+                drop(unsafe { std::ptr::read(&this.task) });
+                Ok(result)
+            }
+            None => Err(self),
+        }
+    }
+
+    /// Cancels the task (see [`Task::cancel`]): it unwinds at its park, or at its next park
+    /// if it is running, and [`join`](Self::join) returns `Err` with a
+    /// [`Cancelled`](super::Cancelled) payload. A task that already finished keeps its
+    /// result.
+    pub fn cancel(&self) {
+        self.task.cancel();
     }
 
     /// Whether the task has finished (its result is ready to join).

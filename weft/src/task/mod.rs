@@ -10,7 +10,8 @@
 //! | `park`       | anyone, through the protocol in `park/state.rs`                      |
 //! | `home`       | written once by the first worker to run the task, before the task runs; read by wakers only after they saw the task PARKED (invariant 2) |
 //! | `run`        | the task's worker only (invariant 1)                                  |
-//! | `yielder`, `cancelling`, `unwinding` | the task's worker and the task itself, on that worker's thread |
+//! | `interrupt`  | anyone sets bits (`Task::cancel`, a cancelled `Context`, shutdown); the task reads them at its parks and clears `SCOPE` |
+//! | `yielder`, `unwinding`, `locals`, `stack` | the task's worker and the task itself, on that worker's thread |
 //!
 //! Invariants:
 //! 1. A task that has started runs on one OS thread for its whole life: its coroutine is
@@ -37,8 +38,10 @@
 
 mod cell;
 mod join;
+pub(crate) mod local;
 
 pub use join::JoinHandle;
+pub use local::LocalKey;
 
 use std::cell::{Cell, UnsafeCell};
 use std::fmt;
@@ -46,7 +49,7 @@ use std::io;
 use std::num::NonZeroU64;
 use std::panic::Location;
 use std::ptr::NonNull;
-use std::sync::atomic::{self, AtomicUsize, Ordering};
+use std::sync::atomic::{self, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use corosensei::{Coroutine, Yielder};
@@ -56,9 +59,98 @@ use crate::park::Waiter;
 use crate::sched::{self, Remote};
 use crate::stack::{self, SizeClass, Slot};
 
-/// The unwind payload that cancels a parked task at shutdown (runtime.rs step 3); never
-/// reaches user code unless it catches unwinds, and then must be resumed.
-pub(crate) struct Cancelled;
+/// Why a task was cancelled: the payload a cancelled task unwinds with, and the error payload
+/// its [`JoinHandle::join`] returns.
+///
+/// `join` returns `std::thread::Result<T>`, so a cancelled task and a panicked one both come
+/// back as `Err(payload)`; tell them apart by downcasting (or with [`is_cancelled`]):
+///
+/// ```
+/// weft::run(|| {
+///     let h = weft::spawn(|| weft::time::sleep(std::time::Duration::from_secs(60)));
+///     h.cancel();
+///     let payload = h.join().unwrap_err();
+///     let why = payload.downcast_ref::<weft::task::Cancelled>().expect("cancelled, not a panic");
+///     assert!(!why.by_shutdown());
+///     assert!(weft::task::is_cancelled(&*payload));
+/// });
+/// ```
+///
+/// Code that catches unwinds (`catch_unwind`) may see this payload go by when its task is
+/// cancelled: it must resume the unwind (`std::panic::resume_unwind`), or the task goes on
+/// after its cancellation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cancelled {
+    reason: CancelReason,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CancelReason {
+    /// `Task::cancel` / `JoinHandle::cancel`.
+    Requested,
+    /// The runtime shut down (runtime.rs steps 2–3).
+    Shutdown,
+    /// Parked again while being cancelled at shutdown and never woken (worker.rs step 4).
+    Leaked,
+}
+
+impl Cancelled {
+    pub(crate) const REQUESTED: Cancelled = Cancelled {
+        reason: CancelReason::Requested,
+    };
+    pub(crate) const SHUTDOWN: Cancelled = Cancelled {
+        reason: CancelReason::Shutdown,
+    };
+    pub(crate) const LEAKED: Cancelled = Cancelled {
+        reason: CancelReason::Leaked,
+    };
+
+    /// True if the task was cancelled by its runtime's shutdown rather than by
+    /// [`Task::cancel`] or [`JoinHandle::cancel`].
+    pub fn by_shutdown(&self) -> bool {
+        self.reason != CancelReason::Requested
+    }
+
+    /// True if the task's stack was leaked at shutdown: it parked again while being
+    /// cancelled and was never woken, so it never finished unwinding.
+    pub fn leaked(&self) -> bool {
+        self.reason == CancelReason::Leaked
+    }
+}
+
+impl fmt::Display for Cancelled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self.reason {
+            CancelReason::Requested => "weft: task cancelled",
+            CancelReason::Shutdown => "weft: task cancelled: its runtime shut down",
+            CancelReason::Leaked => {
+                "weft: task leaked: it parked while being cancelled at shutdown and was never \
+                 woken"
+            }
+        })
+    }
+}
+
+impl std::error::Error for Cancelled {}
+
+/// True if `payload` — a join error, or an unwind caught with `catch_unwind` — says the task
+/// was cancelled ([`Cancelled`], or a cancelled [`Context`](crate::context::Context) bound
+/// with `bind`), not that it panicked.
+pub fn is_cancelled(payload: &(dyn std::any::Any + Send)) -> bool {
+    payload.is::<Cancelled>() || crate::context::is_scope_unwind(payload)
+}
+
+/// `Header::interrupt` bits. Set by anyone with a Release `fetch_or` before an unpark; read by
+/// the task at its parks (sched/worker.rs `unwind_if_cancelled`).
+pub(crate) mod interrupt {
+    /// The runtime shuts down: unwind at the next park (runtime.rs step 3).
+    pub(crate) const SHUTDOWN: u8 = 1;
+    /// `Task::cancel`: unwind at the next park.
+    pub(crate) const CANCEL: u8 = 2;
+    /// A `Context` the task is bound to may have been cancelled: look at its scopes
+    /// (context.rs). Cleared by the task when none is.
+    pub(crate) const SCOPE: u8 = 4;
+}
 
 /// Why a task switched back to its worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,14 +192,20 @@ pub(crate) struct Header {
     home: UnsafeCell<Option<Arc<Remote>>>,
     run: UnsafeCell<RunState>,
     pub(crate) yielder: Cell<*const Yielder<(), Suspend>>,
-    pub(crate) cancelling: Cell<bool>,
+    /// Cancellation requests ([`interrupt`] bits): why the task must unwind at its next park.
+    pub(crate) interrupt: AtomicU8,
+    /// The task's task-locals and bound contexts (task/local.rs), allocated at first use;
+    /// null until then. Never dropped with the header: the task drops it when it ends.
+    pub(crate) locals: Cell<*mut local::TaskLocals>,
     /// The task was unwinding when it last parked (sched/worker.rs, "Parking while
     /// panicking").
     pub(crate) unwinding: Cell<bool>,
+    /// Its stack pointer and reclaim/compaction state while parked (stack/compact.rs).
+    pub(crate) stack: stack::ParkedStack,
 }
 
 // SAFETY: the fields that are not Sync on their own are confined as the table in the module
-// doc says: `run`, `yielder` and `cancelling` are touched only on the task's home worker thread
+// doc says: `run`, `yielder`, `unwinding` and `locals` are touched only on the task's home worker thread
 // (invariant 1), or, for `run` in state New, by whichever single worker popped the task from a
 // queue; `home` is written once before it can be read elsewhere (invariant 2).
 unsafe impl Sync for Header {}
@@ -225,7 +323,7 @@ impl Task {
     }
 
     /// Drops the closure of a task that never started and tells its joiner.
-    pub(crate) fn cancel(&self) {
+    pub(crate) fn drop_unstarted(&self) {
         // SAFETY: as in `run`; the caller popped the never-started task from a queue.
         unsafe { (self.header().vtable.cancel)(self.header) }
     }
@@ -287,6 +385,33 @@ impl Task {
     pub fn unpark(&self) {
         // SAFETY: this handle keeps the task alive.
         unsafe { unpark_ptr(self.as_ptr()) }
+    }
+
+    /// Cancels the task, from any thread: a parked task is woken and unwinds at its park
+    /// (its destructors run); a running one unwinds at its next park or yield; one that
+    /// never started never runs (its closure is dropped). Its [`JoinHandle::join`] then
+    /// returns `Err` with a [`Cancelled`] payload. A task that already finished is not
+    /// affected; cancelling twice is the same as once.
+    ///
+    /// A task computing without parking is cancelled only when it next parks or yields:
+    /// call [`yield_now`] in long loops. A task that is unwinding from a panic finishes that
+    /// unwind first.
+    ///
+    /// A channel operation cut short by a cancel neither loses nor duplicates a value (chan/
+    /// mod.rs invariant 1): a value being sent was either taken by a receiver before the
+    /// cancel took effect or is dropped with the sender's frame; a cancelled receiver leaves
+    /// the buffered values and blocked senders' values to other receivers, except a value a
+    /// sender handed to it in the very moment of the cancel, which its frame drops (once).
+    pub fn cancel(&self) {
+        self.interrupt(interrupt::CANCEL);
+    }
+
+    /// Sets `bits` in the task's interrupt word and wakes it to look at them.
+    pub(crate) fn interrupt(&self, bits: u8) {
+        // Release: pairs with the task's Acquire load in `unwind_if_cancelled`'s slow path,
+        // so what the canceller did before (a context's state) is visible to the task.
+        self.header().interrupt.fetch_or(bits, Ordering::Release);
+        self.unpark();
     }
 
     /// The worker, after `publish_parked` succeeded: hands this queue reference to the park
@@ -435,6 +560,8 @@ impl Builder {
     /// # Errors
     /// When no stack can be had: an invalid size, exhausted address space, or — on kernels
     /// without `MADV_GUARD_INSTALL` — the `vm.max_map_count` limit (the error names it).
+    /// When the runtime is in the grace period of [`crate::Runtime::shutdown_timeout`]: new
+    /// tasks are refused then (the error says so).
     ///
     /// # Panics
     /// Outside a runtime: in a task, in [`crate::Runtime::block_on`], or under
@@ -472,10 +599,18 @@ impl Builder {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
+        // A spawn completes without parking: a loop of spawns spends the cooperative budget
+        // like a loop of sends (sched/coop.rs), so it lets its worker's other tasks run.
+        sched::coop::spend();
         sched::with_spawner(spawn_site, target, |spawner| {
+            if spawner.refuses_spawns() {
+                return Err(io::Error::other(
+                    "weft: spawn refused: the runtime is shutting down (Runtime::shutdown_timeout)",
+                ));
+            }
             let class = match self.stack_size {
                 Some(bytes) => SizeClass::for_size(bytes)?,
-                None => spawner.default_class(),
+                None => spawner.class_for(spawn_site),
             };
             let slot = spawner.take_slot(class)?;
             let header = Header {
@@ -490,8 +625,10 @@ impl Builder {
                 home: UnsafeCell::new(None),
                 run: UnsafeCell::new(RunState::New { slot }),
                 yielder: Cell::new(std::ptr::null()),
-                cancelling: Cell::new(false),
+                interrupt: AtomicU8::new(0),
+                locals: Cell::new(std::ptr::null_mut()),
                 unwinding: Cell::new(false),
+                stack: stack::ParkedStack::default(),
             };
             let header = cell::allocate(header, f);
             // `allocate` made the cell with two references, one for each handle.
@@ -540,7 +677,9 @@ where
 
 /// Runs `f` on the runtime's pool of blocking threads while the calling task parks, and
 /// returns its result: the way to make a call that blocks its OS thread (`getaddrinfo`, file
-/// I/O, a blocking C library, a long computation) without stalling the worker. A panic in `f`
+/// I/O, a blocking C library) without stalling the worker. For computation use [`compute`]:
+/// the blocking pool starts a thread for every call in flight, which suits calls that wait,
+/// not ones that keep a core busy. A panic in `f`
 /// resumes in the caller. On a plain OS thread, `f` runs right there.
 ///
 /// Usable until the runtime's shutdown has finished, so the destructors of tasks cancelled at
@@ -572,4 +711,58 @@ where
     T: Send + 'static,
 {
     sched::blocking::run(f)
+}
+
+/// Runs the CPU-heavy `f` on the runtime's compute pool — one thread per core, fed by a
+/// bounded queue — while the calling task parks, and returns its result. A panic in `f`
+/// resumes in the caller. On a plain OS thread, `f` runs right there.
+///
+/// Which to use:
+/// - a short computation (microseconds): call it in the task;
+/// - a long one (hashing a file's bytes, compressing, an image filter): `compute`, so the
+///   worker goes on running other tasks and their timers, and a burst of jobs shares the
+///   cores instead of each getting a thread;
+/// - a call that *waits* (a blocking syscall or C library, `getaddrinfo`, file I/O):
+///   [`spawn_blocking`], whose threads are many because they mostly sleep.
+///
+/// Back-pressure: when every pool thread is busy and the queue (two jobs per thread) is
+/// full, the caller parks until a slot frees up. A caller cancelled while it waits for the
+/// result does not stop the job (a thread cannot be interrupted mid-computation); its
+/// result is dropped on the pool thread.
+///
+/// ```
+/// let sum = weft::run(|| {
+///     let jobs: Vec<_> = (0..8u64)
+///         .map(|i| weft::spawn(move || weft::task::compute(move || (0..100_000 * i).sum::<u64>())))
+///         .collect();
+///     jobs.into_iter().map(|j| j.join().unwrap()).sum::<u64>()
+/// });
+/// assert!(sum > 0);
+/// ```
+///
+/// # Panics
+/// With `f`'s panic, or when the runtime is shutting down or cannot start its pool threads;
+/// [`try_compute`] returns those as errors.
+#[track_caller]
+pub fn compute<F, T>(f: F) -> T
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    match try_compute(f) {
+        Ok(value) => value,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Like [`compute`], but a pool that cannot take the job is an error, not a panic.
+///
+/// # Errors
+/// When the runtime is shutting down, or a pool thread cannot be started.
+pub fn try_compute<F, T>(f: F) -> io::Result<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    sched::compute::run(f)
 }

@@ -4,7 +4,7 @@
 use loom::sync::Arc;
 use loom::thread;
 
-use crate::join::{Completion, JoinSlot, CANCELLED};
+use crate::join::{Completion, JoinSlot};
 use crate::park::{park_current, Waiter};
 
 fn model(result: fn() -> std::thread::Result<usize>, check: fn(std::thread::Result<usize>)) {
@@ -27,6 +27,9 @@ fn model(result: fn() -> std::thread::Result<usize>, check: fn(std::thread::Resu
 fn loom_join_result_reaches_the_joiner() {
     model(|| Ok(42), |r| assert_eq!(r.unwrap(), 42));
 }
+
+/// Stands for the `Cancelled` payload, which lives outside the loom build.
+const CANCELLED: &str = "cancelled";
 
 #[test]
 fn loom_join_cancellation_reaches_the_joiner() {
@@ -60,5 +63,30 @@ fn loom_join_detached_result_is_dropped_once() {
         drop(slot.detach());
         task.join().unwrap();
         assert_eq!(drops.load(Ordering::Relaxed), 1);
+    });
+}
+
+/// A joiner that gives up (join_timeout) while the completion runs: either it takes the
+/// result, or it withdraws its waiter and a later join takes it (join.rs invariant 5).
+#[test]
+fn loom_join_timeout_races_the_completion() {
+    loom::model(|| {
+        let slot = Arc::new(JoinSlot::<usize>::new());
+        let task = {
+            let slot = slot.clone();
+            thread::spawn(move || {
+                if let Completion::Joined(Some(waiter)) = slot.complete(Ok(7)) {
+                    waiter.wake();
+                }
+            })
+        };
+        // A wait that "times out" at once after registering: one call of `park`.
+        let first = slot.wait_timed(Waiter::current, || false);
+        task.join().unwrap();
+        let result = match first {
+            Some(result) => result,
+            None => slot.wait(Waiter::current, park_current),
+        };
+        assert_eq!(result.unwrap(), 7);
     });
 }

@@ -30,7 +30,7 @@
 use std::time::{Duration, Instant};
 
 /// Puts the current task to sleep for at least `duration`; its worker runs other tasks
-/// meanwhile. On a plain OS thread this is `std::thread::sleep`.
+/// meanwhile. On a plain OS thread it blocks the thread.
 pub fn sleep(duration: Duration) {
     match Instant::now().checked_add(duration) {
         Some(deadline) => sleep_until(deadline),
@@ -47,10 +47,8 @@ pub fn sleep_until(deadline: Instant) {
         if now >= deadline {
             return;
         }
-        if crate::sched::current_task().is_none() {
-            std::thread::sleep(deadline - now);
-            continue;
-        }
+        // On a plain thread too a park (not `std::thread::sleep`), so that a cancelled
+        // `Context` the thread is bound to ends the sleep.
         crate::park::park_current_until(deadline);
     }
 }

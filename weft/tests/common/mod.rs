@@ -49,3 +49,29 @@ pub fn quiet_panics() {
         }));
     });
 }
+
+/// Aborts the test binary with a message if the returned sender is neither used nor dropped
+/// within `secs` seconds: a hung test fails instead of hanging CI.
+pub fn watchdog(what: &'static str, secs: u64) -> std::sync::mpsc::Sender<()> {
+    let (done, wait) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+            wait.recv_timeout(Duration::from_secs(secs))
+        {
+            eprintln!("{what}: timed out after {secs} s");
+            std::process::abort();
+        }
+    });
+    done
+}
+
+/// Really uses `N` bytes of stack: the array is written and read through `black_box`.
+#[inline(never)]
+pub fn use_stack<const N: usize>() -> u8 {
+    let mut buf = [0u8; N];
+    std::hint::black_box(&mut buf);
+    for i in (0..N).step_by(512) {
+        buf[i] = i as u8;
+    }
+    std::hint::black_box(&buf)[N - 1]
+}

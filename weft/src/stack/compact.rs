@@ -1,0 +1,1169 @@
+//! Giving a parked task's stack memory back: *reclaim* (the pages below its stack pointer)
+//! and *compaction* (its live bytes copied to the heap, every page of its slot released).
+//!
+//! Owns: the per-slot table of compacted images (one pointer per slot, kept next to each
+//! region in `region.rs`), the slot locks, the calibrated switch margin, the process's
+//! [`StackMode`], the counters, and each worker's queue of parked tasks ([`ParkedStacks`]).
+//!
+//! ```text
+//!   a parked task's slot               reclaimed               compacted
+//!   ┌──────┬────────────┬──────┐  ┌──────┬────────┬──────┐  ┌──────────────────────┐
+//!   │guard │ dead pages │ live │  │guard │ (none) │ live │  │ no page, no marker   │
+//!   └──────┴────────────┴──────┘  └──────┴────────┴──────┘  └──────────────────────┘
+//!                      ^ sp - margin                   heap: [len][live bytes] ──┘
+//! ```
+//!
+//! # The contract
+//! Other threads may touch a parked task's stack at any time: weft's channel waiters live
+//! there, and a scoped thread or a syscall may write into a local of a task that sleeps.
+//! Every such access sees the bytes the task left and no write is lost, whatever the task's
+//! state. Reclaim only drops memory below the task's stack pointer, which holds nothing live.
+//! Compaction needs the kernel to hold any thread that touches a released page, in user or
+//! kernel mode, until the page is filled again: userfaultfd with kernel-mode faults
+//! ([`StackMode::Compact`]). Where only user-mode faults can be caught
+//! (`vm.unprivileged_userfaultfd = 0` and no `CAP_SYS_PTRACE` or `/dev/userfaultfd`), a
+//! `read(2)` into a compacted page would fail with EFAULT, so compaction stays off and
+//! weft reclaims only ([`StackMode::Reclaim`]). `WEFT_STACK_COMPACTION=off` forces that.
+//! Not supported in any mode: a device writing by DMA into a parked task's stack (O_DIRECT
+//! or io_uring with a buffer on the stack while the task parks): the kernel pins such pages
+//! and a write-protect does not stop the device.
+//!
+//! Invariants (the soundness argument; code cites them):
+//! 1. The stack pointer a task records in [`switch_out`], minus [`margin`] (measured once
+//!    by [`calibrate`] for both ways this binary's switch can be compiled: with
+//!    `Yielder::suspend` inlined, and through its one out-of-line copy), bounds every byte of
+//!    the suspended task's stack from below: nothing below it is live while it is suspended.
+//! 2. A slot's state — RESIDENT (its table entry is null) or COMPACTED (the entry points at
+//!    its image) — changes only under the slot's lock. In COMPACTED state no page of the slot
+//!    is present and no guard marker is installed; in RESIDENT state its guard is installed
+//!    (outside a compaction's locked section) and its live bytes are in its pages.
+//! 3. Compaction of a run of consecutive slots, whose tasks are suspended on the worker that
+//!    compacts them, holds all their locks and: (a) removes their guard markers; (b)
+//!    write-protects the run with userfaultfd — after the ioctl returns no thread can write a
+//!    present page of the run without faulting (the TLB shootdown is part of the ioctl), and
+//!    a fault waits for the fault thread, which waits for the locks; (c) copies each task's
+//!    live bytes into its image (a missing page, told by `mincore`, reads as zeros, as it
+//!    would on first touch); (d) publishes the images; (e) releases every page of the run
+//!    with one `MADV_DONTNEED`. No write is lost: a write before (b) is in the page that (c)
+//!    copies; a write after (b) waits and, once (e) and the unlock are done, finds the slot
+//!    COMPACTED, which the fault thread restores before waking it. Reads see the page or,
+//!    after (e), the restored copy.
+//! 4. A COMPACTED slot is restored — guard reinstalled, image filled in with `UFFDIO_COPY`
+//!    (atomic: a thread touching the page waits until it is full), entry nulled — under its
+//!    lock, by whichever comes first: its worker before resuming the task, or the fault
+//!    thread serving any access. The task runs only after its worker saw RESIDENT.
+//! 5. A missing page of a RESIDENT slot holds nothing (never touched, or released below the
+//!    stack pointer): the fault thread fills it and a few below it with zeros (stack growth).
+//! 6. Nobody allocates or touches a registered page while holding a slot lock (a thread
+//!    holding the allocator's lock may be the one waiting on a fault in that slot's shard).
+//! 7. A slot in a pool is RESIDENT: a task's slot is restored before the task can run, and a
+//!    task returns to a pool only by running to its end.
+//!
+//! # Page tables
+//! A page-table page maps a 2 MiB window (8 default slots). The kernel frees it (Linux's
+//! CONFIG_PT_RECLAIM) when one `MADV_DONTNEED` covers the whole window and the window holds
+//! no page and no guard marker. Compaction removes the markers (invariant 2), releases runs
+//! of consecutive slots at once, and releases a window again when its last slot is compacted
+//! by another run. Regions are 2 MiB aligned for this.
+//!
+//! # Stack growth in a registered region
+//! A region is registered at its first compaction (region.rs invariant 3). From then on
+//! every first touch of a missing page in it goes to the fault thread (invariant 5), ≈5–60 µs
+//! a trip here against ≈1.5 µs for the kernel's own fault: a fresh slot's top page is filled
+//! before its task starts, the thread fills [`GROW_PAGES`] at a time, and where compaction
+//! runs reclaim waits as long as compaction does, so that a task that wakes often does not
+//! refill released pages at each wake.
+//!
+//! # fork
+//! A child process loses the userfaultfd registration and would read compacted stacks as
+//! zeros. A `pthread_atfork` handler takes every slot lock before the fork (no compaction
+//! is half done in the child), and the child writes every image back into its slot with
+//! plain stores before it returns from `fork` (it costs a page fault per compacted task).
+//! The child then runs without compaction.
+//!
+//! May call: `uffd.rs`, `region.rs`, libc. Called by: `sched` (worker hooks), `task`.
+//!
+//! Why not the alternatives, measured here: guard markers with a SIGSEGV handler are not
+//! atomic (a third thread can fault in a zero page between the marker's removal and the copy)
+//! and make syscalls fail with EFAULT; `UFFDIO_MOVE` per slot is atomic too but flushes the
+//! TLB once per page: ≈1.6 µs a slot when the other CPU idles, ≈21 µs when another thread of
+//! the process runs there, against one write-protect and one release per run of slots.
+
+use std::alloc::{self, Layout};
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::CachePadded;
+
+use super::{region, uffd};
+
+/// Which of reclaim and compaction this process can do: see the module doc, "The contract".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StackMode {
+    /// Parked tasks are reclaimed and compacted; every access to a compacted stack, by any
+    /// thread, in user or kernel mode, is served by userfaultfd.
+    Compact,
+    /// Pages below a parked task's stack pointer are given back; nothing is compacted, for
+    /// the reason given.
+    Reclaim(&'static str),
+    /// Stacks are never shrunk, for the reason given.
+    Off(&'static str),
+}
+
+impl std::fmt::Display for StackMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StackMode::Compact => f.write_str("compact (userfaultfd, kernel-mode faults served)"),
+            StackMode::Reclaim(why) => write!(f, "reclaim only: {why}"),
+            StackMode::Off(why) => write!(f, "off: {why}"),
+        }
+    }
+}
+
+/// What a runtime's workers do with the stacks of their parked tasks.
+///
+/// A task parked for `reclaim_after` gives back the pages below its stack pointer; one
+/// parked for `compact_after` (where [`mode`] is [`StackMode::Compact`]) has its live bytes
+/// copied to the heap and its whole slot released. Each worker handles at most `batch`
+/// tasks per step, between running tasks, so a wake waits for one step at most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StackPolicy {
+    /// Parked age after which pages below the stack pointer are released; `None`: never.
+    pub reclaim_after: Option<Duration>,
+    /// Parked age after which the stack is compacted; `None`: never.
+    pub compact_after: Option<Duration>,
+    /// Most tasks one worker reclaims or compacts in one step.
+    pub batch: usize,
+}
+
+/// Tasks one step handles by default: a step of 256 compactions costs ≈0.1–0.3 ms here.
+pub const DEFAULT_STACK_BATCH: usize = 256;
+
+impl StackPolicy {
+    /// Stacks are never shrunk.
+    pub const fn never() -> StackPolicy {
+        StackPolicy {
+            reclaim_after: None,
+            compact_after: None,
+            batch: DEFAULT_STACK_BATCH,
+        }
+    }
+
+    /// Reclaim and compact at the first step after a task parks.
+    pub const fn eager() -> StackPolicy {
+        StackPolicy::after(Duration::ZERO, Duration::ZERO)
+    }
+
+    /// Reclaim after `reclaim`, compact after `compact` of being parked.
+    pub const fn after(reclaim: Duration, compact: Duration) -> StackPolicy {
+        StackPolicy {
+            reclaim_after: Some(reclaim),
+            compact_after: Some(compact),
+            batch: DEFAULT_STACK_BATCH,
+        }
+    }
+}
+
+impl Default for StackPolicy {
+    /// Compact after 200 ms parked: a task that sleeps that long pays ≈2 µs to be restored
+    /// when it wakes, 1 % of its sleep at most. Reclaim after 200 ms too where compaction
+    /// runs (there a page released below the stack pointer is refilled through the fault
+    /// thread when the task grows again, ≈5–60 µs), after 20 ms where only reclaim runs
+    /// (refilled by an ordinary ≈1.5 µs page fault).
+    fn default() -> StackPolicy {
+        let compact = Duration::from_millis(200);
+        // Not `mode()`: that is final only once a runtime is built, and a policy is often
+        // made before.
+        let reclaim = if registration().is_ok() && !FORKED.load(Ordering::Relaxed) {
+            compact
+        } else {
+            Duration::from_millis(20)
+        };
+        StackPolicy::after(reclaim, compact)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Counters (for `weft::metrics`): Relaxed, each a plain tally, each on its own cache line
+// (both workers update them at every compaction and restore).
+
+static RECLAIMED_BYTES: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
+static COMPACTED_LIVE_BYTES: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
+static COMPACTIONS: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
+static COMPACTION_RELEASED_BYTES: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
+static RESTORES: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
+static FAULT_RESTORES: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
+static ZERO_FILLS: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
+
+/// A snapshot of the stack-shrinking counters, process-wide; cheap (eight Relaxed loads).
+/// Released bytes count the pages that were mapped (`mincore`), which includes pages mapped
+/// to the shared zero page in registered regions: an upper bound of the memory given back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Bytes of resident pages released below parked tasks' stack pointers, in total.
+    pub reclaimed_bytes: u64,
+    /// Live stack bytes now held in heap images of compacted tasks.
+    pub compacted_live_bytes: u64,
+    /// Tasks compacted now.
+    pub compacted_tasks: u64,
+    /// Compactions so far.
+    pub compactions: u64,
+    /// Bytes of resident pages released by compactions, in total.
+    pub compaction_released_bytes: u64,
+    /// Restores so far, by a worker or the fault thread.
+    pub restores: u64,
+    /// Of those, restores made by the fault thread (another thread touched the stack).
+    pub fault_restores: u64,
+    /// Missing pages of resident slots the fault thread filled with zeros (stack growth).
+    pub zero_fills: u64,
+}
+
+/// The stack-shrinking counters now (see [`Counters`]).
+pub fn counters() -> Counters {
+    let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    Counters {
+        reclaimed_bytes: r(&RECLAIMED_BYTES),
+        compacted_live_bytes: r(&COMPACTED_LIVE_BYTES),
+        // Restores are read first: a compaction counted meanwhile only makes this larger,
+        // never wrap below zero.
+        compacted_tasks: {
+            let restores = r(&RESTORES);
+            r(&COMPACTIONS).saturating_sub(restores)
+        },
+        compactions: r(&COMPACTIONS),
+        compaction_released_bytes: r(&COMPACTION_RELEASED_BYTES),
+        restores: r(&RESTORES),
+        fault_restores: r(&FAULT_RESTORES),
+        zero_fills: r(&ZERO_FILLS),
+    }
+}
+
+fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
+fn sub(counter: &AtomicU64, n: u64) {
+    counter.fetch_sub(n, Ordering::Relaxed);
+}
+
+// ---------------------------------------------------------------------------------------
+// The stack pointer of a suspended task (invariant 1).
+
+/// Reads the stack pointer.
+#[inline(always)]
+fn current_sp() -> usize {
+    let sp: usize;
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: reads a register, touches no memory.
+    unsafe {
+        std::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags))
+    };
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: as above.
+    unsafe {
+        std::arch::asm!("mov {}, sp", out(reg) sp, options(nomem, nostack, preserves_flags))
+    };
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        sp = 0;
+    }
+    sp
+}
+
+/// The one place a task switches out to its worker: records the stack pointer, then
+/// suspends. Inlined, like corosensei's switch (an out-of-line frame around the switch cost
+/// ≈30 ns per ping-pong round trip here: the return-address predictor no longer pairs the
+/// switch's calls and returns). Below the recorded pointer there is then only
+/// `Yielder::suspend`: inlined (the switch's three pushes) or its one out-of-line copy (a
+/// return address, its frame, the pushes); [`calibrate`] measures both.
+#[inline(always)]
+pub(crate) fn switch_out<I, Y>(
+    yielder: &corosensei::Yielder<I, Y>,
+    value: Y,
+    stack: &ParkedStack,
+) -> I {
+    stack.sp.set(current_sp());
+    yielder.suspend(value)
+}
+
+/// Bytes below the recorded stack pointer that the switch uses, plus slack; `None` when the
+/// calibration failed or has not run. Set once, by [`calibrate`].
+static MARGIN: OnceLock<Option<usize>> = OnceLock::new();
+
+/// Most bytes of switch frames the calibration accepts.
+const MAX_MARGIN: usize = 1024;
+/// Slack added to the measured depth.
+const MARGIN_SLACK: usize = 64;
+
+/// The calibrated margin (invariant 1).
+pub(crate) fn margin() -> Option<usize> {
+    MARGIN.get().copied().flatten()
+}
+
+/// Measures, once per process, how deep below the pointer [`switch_out`] records the switch
+/// writes: a coroutine on a scratch stack fills the memory below its stack pointer with a
+/// pattern, switches out, and the parent finds the lowest byte that changed — with
+/// `Yielder::suspend` inlined and with its out-of-line copy (called through a pointer), and
+/// with two patterns, so that a byte that happens to equal one pattern is still seen.
+pub(crate) fn calibrate<Y: Copy + 'static>(value: Y) {
+    MARGIN.get_or_init(|| {
+        if !cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
+            return None;
+        }
+        let mut deepest = 0usize;
+        for pattern in [0x5au8, 0xa5] {
+            for out_of_line in [false, true] {
+                deepest = deepest.max(probe_depth(value, pattern, out_of_line)?);
+            }
+        }
+        let margin = (deepest + MARGIN_SLACK).next_multiple_of(16);
+        (margin <= MAX_MARGIN).then_some(margin)
+    });
+}
+
+/// One calibration run: bytes between the recorded pointer and the lowest changed byte.
+fn probe_depth<Y: Copy + 'static>(value: Y, pattern: u8, out_of_line: bool) -> Option<usize> {
+    const POISON: usize = 4096;
+    let stack = ProbeStack::new()?;
+    let record = ParkedStack::default();
+    let record_ptr: *const ParkedStack = &record;
+    let poisoned_from = Cell::new(0usize);
+    let poisoned_ptr: *const Cell<usize> = &poisoned_from;
+    let mut coroutine =
+        corosensei::Coroutine::<(), Y, (), ProbeStack>::with_stack(stack, move |yielder, ()| {
+            let here = current_sp();
+            let low = here - POISON;
+            // SAFETY: `[low, here)` lies in this coroutine's own scratch stack (64 KiB, we are
+            // at its top), below the stack pointer: no live data is there.
+            unsafe { std::ptr::write_bytes(low as *mut u8, pattern, POISON - 64) };
+            // SAFETY: both cells outlive the coroutine, which finishes before they drop.
+            let (poisoned, record) = unsafe { (&*poisoned_ptr, &*record_ptr) };
+            poisoned.set(low);
+            if out_of_line {
+                let suspend: fn(&corosensei::Yielder<(), Y>, Y) =
+                    std::hint::black_box(corosensei::Yielder::suspend);
+                record.sp.set(current_sp());
+                suspend(yielder, std::hint::black_box(value));
+            } else {
+                switch_out(yielder, std::hint::black_box(value), record);
+            }
+        });
+    let suspended = matches!(coroutine.resume(()), corosensei::CoroutineResult::Yield(_));
+    let low = poisoned_from.get();
+    let sp = record.sp.get();
+    let mut depth = None;
+    if suspended && low != 0 && sp > low {
+        let mut addr = low;
+        while addr < sp {
+            // SAFETY: `[low, sp)` is inside the suspended coroutine's stack, which nobody runs.
+            if unsafe { *(addr as *const u8) } != pattern {
+                depth = Some(sp - addr);
+                break;
+            }
+            addr += 1;
+        }
+    }
+    if suspended {
+        let _ = coroutine.resume(());
+    }
+    depth
+}
+
+/// A scratch stack for [`calibrate`]: 64 KiB with a `PROT_NONE` guard page.
+struct ProbeStack {
+    start: usize,
+    len: usize,
+}
+
+impl ProbeStack {
+    fn new() -> Option<ProbeStack> {
+        let len = 64 << 10;
+        let ptr = region::map_anonymous(len)?;
+        // SAFETY: the first page of the mapping just made.
+        unsafe { libc::mprotect(ptr, region::page_size(), libc::PROT_NONE) };
+        Some(ProbeStack {
+            start: ptr as usize,
+            len,
+        })
+    }
+}
+
+impl Drop for ProbeStack {
+    fn drop(&mut self) {
+        // SAFETY: our mapping; the coroutine that used it has finished.
+        unsafe { libc::munmap(self.start as *mut libc::c_void, self.len) };
+    }
+}
+
+// SAFETY: `[start, start + len)` is a private mapping with a guard page at `start`, 64 KiB
+// long, page (so 16-byte) aligned.
+unsafe impl corosensei::stack::Stack for ProbeStack {
+    fn base(&self) -> corosensei::stack::StackPointer {
+        corosensei::stack::StackPointer::new(self.start + self.len).expect("probe stack at 0")
+    }
+
+    fn limit(&self) -> corosensei::stack::StackPointer {
+        corosensei::stack::StackPointer::new(self.start).expect("probe stack at 0")
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The mode.
+
+/// Set in a forked child: no registration, no compaction.
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+/// Whether stack regions are registered with userfaultfd: decided at the first region.
+fn registration() -> Result<(), &'static str> {
+    static DECIDED: OnceLock<Result<(), &'static str>> = OnceLock::new();
+    *DECIDED.get_or_init(|| {
+        if std::env::var("WEFT_STACK_COMPACTION").is_ok_and(|v| v.trim() == "off") {
+            return Err("compaction disabled by WEFT_STACK_COMPACTION=off");
+        }
+        if !region::guard_markers_supported() {
+            return Err("this kernel has no guard markers (MADV_GUARD_INSTALL, Linux 6.13)");
+        }
+        match uffd::open() {
+            uffd::Access::Full => {}
+            uffd::Access::UserModeOnly => {
+                return Err("userfaultfd here serves user-mode faults only \
+                    (vm.unprivileged_userfaultfd = 0, no CAP_SYS_PTRACE, no access to \
+                    /dev/userfaultfd): a syscall writing into a compacted stack would fail \
+                    with EFAULT")
+            }
+            uffd::Access::None => return Err("userfaultfd is not available"),
+        }
+        if !region::probe_registration() {
+            return Err("userfaultfd cannot write-protect anonymous memory on this kernel");
+        }
+        // SAFETY: the handlers are plain functions that only take and release slot locks
+        // and, in the child, write images back (see "fork" in the module doc).
+        unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
+        Ok(())
+    })
+}
+
+/// Whether new regions get a compaction table, to be registered with userfaultfd at their
+/// first compaction (region.rs invariant 3).
+pub(crate) fn register_regions() -> bool {
+    !FORKED.load(Ordering::Relaxed) && MARGIN.get() != Some(&None) && registration().is_ok()
+}
+
+/// Which stack mode this process runs in: the one place it is decided (see the module doc).
+/// Final once a runtime has been built.
+pub fn mode() -> StackMode {
+    if margin().is_none() {
+        return StackMode::Off(if MARGIN.get().is_none() {
+            "no runtime built yet"
+        } else {
+            "the stack pointer of a suspended task could not be bounded on this build"
+        });
+    }
+    if FORKED.load(Ordering::Relaxed) {
+        return StackMode::Reclaim("a forked child process has no userfaultfd registration");
+    }
+    match registration() {
+        Ok(()) => StackMode::Compact,
+        Err(why) => StackMode::Reclaim(why),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Slot locks (invariant 2).
+
+const LOCKS: usize = 1024;
+
+/// A spin lock: held for microseconds, by a worker or the fault thread; a plain flag so that
+/// a forked child can release what its parent's `fork_prepare` took.
+struct SlotLock(AtomicBool);
+
+#[allow(clippy::declare_interior_mutable_const)]
+const UNLOCKED: SlotLock = SlotLock(AtomicBool::new(false));
+static SLOT_LOCKS: [SlotLock; LOCKS] = [UNLOCKED; LOCKS];
+
+fn lock_index(slot: usize, size: usize) -> usize {
+    (slot / size) % LOCKS
+}
+
+fn lock(index: usize) {
+    let flag = &SLOT_LOCKS[index].0;
+    let mut spins = 0u32;
+    // Acquire: pairs with the Release in `unlock`; everything the last holder did to the
+    // slot (its state, its pages) is seen by the next.
+    while flag
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        spins += 1;
+        if spins < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+fn unlock(index: usize) {
+    // Release: pairs with the Acquire in `lock`.
+    SLOT_LOCKS[index].0.store(false, Ordering::Release);
+}
+
+extern "C" fn fork_prepare() {
+    // The forking thread may run on a task's stack in a registered region: touch the stack
+    // this handler and `fork` itself will use before taking the locks, since a fault on a
+    // missing page would wait for the fault thread, which would wait for a lock (invariant 6).
+    let mut room = [0u8; 8 << 10];
+    std::hint::black_box(&mut room);
+    for index in 0..LOCKS {
+        lock(index);
+    }
+}
+
+extern "C" fn fork_parent() {
+    for index in 0..LOCKS {
+        unlock(index);
+    }
+}
+
+extern "C" fn fork_child() {
+    FORKED.store(true, Ordering::Relaxed);
+    region::for_each_table_entry(|slot, size, entry| {
+        let image = entry.load(Ordering::Relaxed);
+        if image.is_null() {
+            return;
+        }
+        // SAFETY: a published image (invariant 3d) of a slot that is COMPACTED; the child
+        // is single-threaded and unregistered, so the slot's pages fill in on first touch.
+        unsafe {
+            let (len, bytes) = image_parts(image);
+            std::ptr::copy_nonoverlapping(bytes, (slot + size - len) as *mut u8, len);
+            sub(&COMPACTED_LIVE_BYTES, len as u64);
+        }
+        add(&RESTORES, 1);
+        // Plain madvise: the cached pidfd for `process_madvise` names the parent.
+        // SAFETY: the slot's first page, which held the guard before compaction.
+        unsafe {
+            libc::madvise(
+                slot as *mut libc::c_void,
+                region::page_size(),
+                region::MADV_GUARD_INSTALL,
+            )
+        };
+        entry.store(std::ptr::null_mut(), Ordering::Relaxed);
+    });
+    for index in 0..LOCKS {
+        unlock(index);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Images: one allocation per compacted task, `[len: usize][len live bytes]`.
+
+fn image_layout(len: usize) -> Layout {
+    Layout::from_size_align(8 + len, 8).expect("stack image size")
+}
+
+fn image_alloc(len: usize) -> *mut u8 {
+    // SAFETY: the layout is non-zero in size.
+    let image = unsafe { alloc::alloc(image_layout(len)) };
+    if image.is_null() {
+        alloc::handle_alloc_error(image_layout(len));
+    }
+    // SAFETY: the allocation holds at least 8 bytes, aligned to 8.
+    unsafe { (image as *mut usize).write(len) };
+    image
+}
+
+/// # Safety
+/// `image` must come from [`image_alloc`] and not have been freed.
+unsafe fn image_parts(image: *mut u8) -> (usize, *mut u8) {
+    // SAFETY: the caller's contract; the length is the first word.
+    unsafe { ((image as *const usize).read(), image.add(8)) }
+}
+
+/// # Safety
+/// As [`image_parts`]; the image is not used afterwards.
+unsafe fn image_free(image: *mut u8) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let (len, _) = image_parts(image);
+        alloc::dealloc(image, image_layout(len));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Restoring (invariant 4).
+
+/// A page-aligned buffer to assemble pages in for `UFFDIO_COPY`, and zeros for stack growth.
+pub(crate) struct Scratch {
+    buf: *mut u8,
+    zeros: *mut u8,
+}
+
+/// Pages a [`Scratch`] holds; restores of more live bytes go through it in pieces.
+const SCRATCH_PAGES: usize = 16;
+/// Pages the fault thread fills with zeros at a fault of stack growth: the faulting one and
+/// the ones below it (a growing stack touches them next; each fault served by the thread
+/// costs ≈6–70 µs here, against ≈1 µs a page to fill).
+const GROW_PAGES: usize = 4;
+/// Pages below a fresh slot's top page mapped to the zero page (see [`prefill`]): a task's
+/// first 16 KiB then grow with kernel copy-on-write faults (≈3 µs a page here), no trip to
+/// the fault thread, and cost no memory until written.
+const ZERO_MAP_PAGES: usize = 3;
+/// Whether the fault thread, serving stack growth, also maps the zero page over the rest of
+/// the slot below (one ioctl, ≈55 ns a page), so that a slot takes one trip to the fault
+/// thread per release however deep its task grows: 30K tasks using 64 KiB spawned with
+/// 1.6–1.8 s of CPU against 1.7–2.1 s when it filled only [`GROW_PAGES`].
+const ZERO_MAP_GROWTH: bool = true;
+/// Zero pages a restore fills below the task's lowest live page, so that the woken task's
+/// next calls do not fault through the fault thread. None: a page costs ≈1.2 µs more per
+/// restore here (the restore of one page with its guard, ≈1.8 µs, would be ≈3 µs), and the
+/// lowest live page usually has room below the stack pointer for the woken task's calls
+/// (idle tasks use 400 of its 4,096 bytes).
+const RESTORE_BELOW: usize = 0;
+
+impl Scratch {
+    pub(crate) fn new() -> Scratch {
+        let page = region::page_size();
+        let layout = Layout::from_size_align(SCRATCH_PAGES * page, page).expect("scratch");
+        // SAFETY: non-zero sizes.
+        let (buf, zeros) = unsafe { (alloc::alloc(layout), alloc::alloc_zeroed(layout)) };
+        if buf.is_null() || zeros.is_null() {
+            alloc::handle_alloc_error(layout);
+        }
+        Scratch { buf, zeros }
+    }
+}
+
+thread_local! {
+    static WORKER_SCRATCH: RefCell<Option<Scratch>> = const { RefCell::new(None) };
+}
+
+/// Restores the COMPACTED slot `[slot, slot + size)` from `image`; the caller holds its lock
+/// and frees the image after unlocking (invariant 6).
+///
+/// # Safety
+/// Invariant 2: the caller holds the slot's lock and `image` is its published image.
+unsafe fn restore_locked(slot: usize, size: usize, image: *mut u8, scratch: &mut Scratch) {
+    let page = region::page_size();
+    // SAFETY: the caller's contract.
+    let (len, bytes) = unsafe { image_parts(image) };
+    let top = slot + size;
+    let lo = top - len;
+    let first = (lo / page * page)
+        .saturating_sub(RESTORE_BELOW * page)
+        .max(slot + page);
+    region::install_guard_marker(slot);
+    // Fill `[first, top)` from the bottom up, a scratch buffer at a time.
+    let mut at = first;
+    while at < top {
+        let end = (at + SCRATCH_PAGES * page).min(top);
+        let n = end - at;
+        // SAFETY: the scratch buffer holds SCRATCH_PAGES pages; the image holds
+        // `[lo, top)`; the two do not overlap.
+        unsafe {
+            std::ptr::write_bytes(scratch.buf, 0, n);
+            let from = at.max(lo);
+            if from < end {
+                std::ptr::copy_nonoverlapping(
+                    bytes.add(from - lo),
+                    scratch.buf.add(from - at),
+                    end - from,
+                );
+            }
+            // SAFETY: the slot is COMPACTED and locked: its pages are missing and ours to
+            // fill (invariant 2).
+            uffd::fill(at, scratch.buf, n);
+        }
+        at = end;
+    }
+    let entry = region::table_entry(slot).expect("compacted slot outside a region");
+    entry.store(std::ptr::null_mut(), Ordering::Release);
+    sub(&COMPACTED_LIVE_BYTES, len as u64);
+    add(&RESTORES, 1);
+}
+
+/// Restores the slot `[slot, slot + size)` if it is still COMPACTED; its task's worker, before
+/// resuming it (invariant 4).
+pub(crate) fn restore(slot: usize, size: usize) {
+    let Some(entry) = region::table_entry(slot) else {
+        return;
+    };
+    let index = lock_index(slot, size);
+    WORKER_SCRATCH.with(|scratch| {
+        let mut scratch = scratch.borrow_mut();
+        let scratch = scratch.get_or_insert_with(Scratch::new);
+        lock(index);
+        let image = entry.load(Ordering::Acquire);
+        if !image.is_null() {
+            // SAFETY: locked, and the entry is the published image (invariant 2).
+            unsafe { restore_locked(slot, size, image, scratch) };
+        }
+        unlock(index);
+        if !image.is_null() {
+            // SAFETY: unpublished above; nobody else holds it (invariant 4).
+            unsafe { image_free(image) };
+        }
+    });
+}
+
+/// The fault thread: serves a fault at `addr` (invariants 4 and 5).
+pub(crate) fn serve_fault(addr: usize, write_protected: bool, scratch: &mut Scratch) {
+    let page = region::page_size();
+    let at = addr / page * page;
+    let Some((slot, size)) = region::slot_of(addr) else {
+        // In a region but not in a carved slot: nothing lives there.
+        // SAFETY: a missing page of a registered region that holds nothing.
+        unsafe { uffd::fill(at, scratch.zeros, page) };
+        return;
+    };
+    let index = lock_index(slot, size);
+    lock(index);
+    let entry = region::table_entry(slot).expect("slot outside a region");
+    let image = entry.load(Ordering::Acquire);
+    if !image.is_null() {
+        // SAFETY: locked; the entry is the slot's image.
+        unsafe { restore_locked(slot, size, image, scratch) };
+        add(&FAULT_RESTORES, 1);
+    }
+    if write_protected {
+        // A write that waited on a compaction: the page is restored or missing now;
+        // unprotecting wakes the writer, which retries.
+        uffd::write_protect(at, page, false);
+    } else {
+        // Invariant 5: a missing page of a resident slot holds nothing.
+        let low = at
+            .saturating_sub((GROW_PAGES - 1) * page)
+            .max(slot + page)
+            .min(at);
+        // SAFETY: zeros for missing pages only (`fill` and `zero_map` skip present ones).
+        unsafe {
+            uffd::fill(low, scratch.zeros, at + page - low);
+            if ZERO_MAP_GROWTH && low > slot + page {
+                uffd::zero_map(slot + page, low - slot - page);
+            }
+        }
+        uffd::wake(at, page);
+        add(&ZERO_FILLS, 1);
+    }
+    unlock(index);
+    if !image.is_null() {
+        // SAFETY: unpublished by `restore_locked`.
+        unsafe { image_free(image) };
+    }
+}
+
+/// Fills the top page of fresh slots in registered regions with zeros and maps the zero page
+/// over the [`ZERO_MAP_PAGES`] below it, so that a task's first frames do not fault through
+/// the fault thread (≈5–60 µs here; one `UFFDIO_COPY` costs the same ≈1 µs as the kernel's
+/// first touch). Filling four pages with zeros instead took 16 KiB and four page allocations
+/// for every idle task and doubled the time to start a million sleepers.
+pub(crate) fn prefill(starts: &[usize], size: usize) {
+    if starts.is_empty() || !register_regions() {
+        return;
+    }
+    let page = region::page_size();
+    WORKER_SCRATCH.with(|scratch| {
+        let mut scratch = scratch.borrow_mut();
+        let scratch = scratch.get_or_insert_with(Scratch::new);
+        for &slot in starts {
+            if region::registered(slot) {
+                let below = (ZERO_MAP_PAGES * page).min(size - 2 * page);
+                // SAFETY: the slot is in a pool (RESIDENT, invariant 7) and holds nothing;
+                // `fill` and `zero_map` leave present pages alone.
+                unsafe {
+                    uffd::fill(slot + size - page, scratch.zeros, page);
+                    if below > 0 {
+                        uffd::zero_map(slot + size - page - below, below);
+                    }
+                }
+            }
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// The per-task record and the per-worker queue.
+
+/// Set while an entry for the task is in its worker's queue.
+const QUEUED: u8 = 1;
+/// Pages below the stack pointer were released at this park.
+const RECLAIMED: u8 = 2;
+/// The slot was compacted at this park (it may have been restored by the fault thread since).
+const COMPACTED: u8 = 4;
+
+/// What a task's worker knows of its stack: in the task's header, touched by that worker's
+/// thread only (the task records `sp` itself, on that thread).
+#[derive(Debug, Default)]
+pub(crate) struct ParkedStack {
+    /// The stack pointer recorded at the last switch out (invariant 1); it also tells the
+    /// slot, so that this record adds only 16 bytes to every task's header.
+    sp: Cell<usize>,
+    /// The worker's clock, in ms, at the last park.
+    parked_at: Cell<u32>,
+    flags: Cell<u8>,
+}
+
+impl ParkedStack {
+    /// Before the task is resumed: restores a compacted slot (invariant 4).
+    #[inline]
+    pub(crate) fn before_resume(&self, size: usize) {
+        let flags = self.flags.get();
+        if flags & (RECLAIMED | COMPACTED) != 0 {
+            if flags & COMPACTED != 0 {
+                if let Some((slot, _)) = region::slot_of(self.sp.get()) {
+                    restore(slot, size);
+                }
+            }
+            self.flags.set(flags & QUEUED);
+        }
+    }
+}
+
+/// What the worker tells a step about one live task.
+pub(crate) struct LiveStack<'a> {
+    pub(crate) stack: &'a ParkedStack,
+    pub(crate) size: usize,
+    /// Whether the task is parked now (not woken, not running).
+    pub(crate) parked: bool,
+}
+
+/// One worker's queue of parked tasks to shrink, in the order they parked.
+pub(crate) struct ParkedStacks {
+    policy: StackPolicy,
+    compact: bool,
+    /// (index in the worker's live list, clock in ms when queued).
+    queue: VecDeque<(u32, u32)>,
+    start: Instant,
+    now_ms: u32,
+    /// Ages in ms; u32::MAX for never.
+    reclaim_ms: u32,
+    compact_ms: u32,
+    margin: usize,
+}
+
+/// Tasks handled per step, and the scratch vectors of one step, are bounded by the batch.
+impl ParkedStacks {
+    pub(crate) fn new(policy: StackPolicy) -> ParkedStacks {
+        let ms = |d: Option<Duration>| d.map_or(u32::MAX, |d| d.as_millis().min(1 << 30) as u32);
+        let margin = margin();
+        let compact = mode() == StackMode::Compact && policy.compact_after.is_some();
+        let reclaim = margin.is_some() && policy.reclaim_after.is_some();
+        ParkedStacks {
+            policy,
+            compact,
+            queue: VecDeque::new(),
+            start: Instant::now(),
+            now_ms: 0,
+            reclaim_ms: if reclaim || compact {
+                ms(policy.reclaim_after)
+            } else {
+                u32::MAX
+            },
+            compact_ms: if compact {
+                ms(policy.compact_after)
+            } else {
+                u32::MAX
+            },
+            margin: margin.unwrap_or(0),
+        }
+    }
+
+    fn enabled(&self) -> bool {
+        self.reclaim_ms != u32::MAX || self.compact_ms != u32::MAX
+    }
+
+    fn first_due_ms(&self) -> u32 {
+        self.reclaim_ms.min(self.compact_ms)
+    }
+
+    /// The worker, after a task's park was published: notes it (one store, and a push the
+    /// first time).
+    #[inline]
+    pub(crate) fn parked(&mut self, stack: &ParkedStack, live: usize) {
+        if !self.enabled() {
+            return;
+        }
+        stack.parked_at.set(self.now_ms);
+        let flags = stack.flags.get();
+        if flags & QUEUED == 0 {
+            stack.flags.set(flags | QUEUED);
+            self.queue.push_back((live as u32, self.now_ms));
+        }
+    }
+
+    /// Whether a step has work now, and when it will next (the worker may sleep until then).
+    pub(crate) fn due(&mut self) -> Option<Duration> {
+        let &(_, queued) = self.queue.front()?;
+        self.tick();
+        let age = self.now_ms.wrapping_sub(queued);
+        let due = self.first_due_ms();
+        Some(Duration::from_millis(due.saturating_sub(age) as u64))
+    }
+
+    fn tick(&mut self) {
+        self.now_ms = self.start.elapsed().as_millis() as u32;
+    }
+
+    /// One step: reclaims or compacts up to `batch` tasks parked long enough. `resolve`
+    /// gives the live task at an index of the worker's live list. The worker calls it
+    /// between tasks (none of its tasks runs); returns when to call again.
+    pub(crate) fn step<'a>(
+        &mut self,
+        resolve: impl Fn(usize) -> Option<LiveStack<'a>>,
+    ) -> Option<Duration> {
+        if self.queue.is_empty() {
+            return None;
+        }
+        self.tick();
+        let now = self.now_ms;
+        let page = region::page_size();
+        let mut reclaim: Vec<(usize, usize)> = Vec::new();
+        let mut compact: Vec<Candidate<'a>> = Vec::new();
+        let mut requeue: Vec<u32> = Vec::new();
+        let mut handled = 0;
+        while handled < self.policy.batch.max(1) {
+            let Some(&(index, queued)) = self.queue.front() else {
+                break;
+            };
+            if now.wrapping_sub(queued) < self.first_due_ms() {
+                break;
+            }
+            self.queue.pop_front();
+            let Some(live) = resolve(index as usize) else {
+                continue;
+            };
+            let stack = live.stack;
+            let flags = stack.flags.get();
+            if flags & QUEUED == 0 {
+                continue; // a stale entry for the task now at this index
+            }
+            if !live.parked {
+                stack.flags.set(flags & !QUEUED); // requeued at its next park
+                continue;
+            }
+            handled += 1;
+            let age = now.wrapping_sub(stack.parked_at.get());
+            let Some((slot, _)) = region::slot_of(stack.sp.get()) else {
+                stack.flags.set(flags & !QUEUED);
+                continue;
+            };
+            let top = slot + live.size;
+            // Invariant 1.
+            let lo = stack.sp.get().saturating_sub(self.margin) & !15;
+            if lo <= slot + page || lo > top {
+                stack.flags.set(flags & !QUEUED);
+                continue;
+            }
+            if flags & COMPACTED != 0 {
+                stack.flags.set(flags & !QUEUED);
+                continue;
+            }
+            if self.compact && age >= self.compact_ms && top - lo <= MAX_COMPACT {
+                compact.push(Candidate {
+                    stack,
+                    slot,
+                    size: live.size,
+                    lo,
+                });
+                stack.flags.set(flags & !QUEUED);
+            } else {
+                if flags & RECLAIMED == 0 && age >= self.reclaim_ms {
+                    let below = lo / page * page;
+                    if below > slot + page {
+                        reclaim.push((slot + page, below - slot - page));
+                    }
+                    stack.flags.set(flags | RECLAIMED);
+                }
+                if self.compact && top - lo <= MAX_COMPACT {
+                    requeue.push(index);
+                } else {
+                    stack.flags.set(stack.flags.get() & !QUEUED);
+                }
+            }
+        }
+        for index in requeue {
+            self.queue.push_back((index, now));
+        }
+        if !reclaim.is_empty() {
+            let released = region::release_resident(&reclaim);
+            add(&RECLAIMED_BYTES, released as u64);
+        }
+        if !compact.is_empty() {
+            compact_all(&mut compact);
+        }
+        self.due()
+    }
+}
+
+/// Largest live stack that is compacted (a bigger one is only reclaimed): its restore would
+/// cost more than a few microseconds.
+const MAX_COMPACT: usize = 64 << 10;
+
+/// A task to compact.
+struct Candidate<'a> {
+    stack: &'a ParkedStack,
+    slot: usize,
+    size: usize,
+    lo: usize,
+}
+
+/// Compacts `candidates`, grouped into runs of consecutive slots.
+fn compact_all(candidates: &mut [Candidate<'_>]) {
+    candidates.sort_unstable_by_key(|c| c.slot);
+    let mut rest = &candidates[..];
+    while !rest.is_empty() {
+        let mut n = 1;
+        while n < rest.len()
+            && rest[n].size == rest[0].size
+            && rest[n].slot == rest[n - 1].slot + rest[0].size
+        {
+            n += 1;
+        }
+        compact_run(&rest[..n]);
+        rest = &rest[n..];
+    }
+}
+
+/// Compacts a run of consecutive slots (invariant 3).
+fn compact_run(run: &[Candidate<'_>]) {
+    let page = region::page_size();
+    let size = run[0].size;
+    let start = run[0].slot;
+    let end = run[run.len() - 1].slot + size;
+    let len = end - start;
+    if !region::ensure_registered(start) {
+        return; // region.rs invariant 3: no compaction without the registration
+    }
+    // Everything allocated before the locks (invariant 6).
+    let images: Vec<*mut u8> = run
+        .iter()
+        .map(|c| image_alloc(c.slot + size - c.lo))
+        .collect();
+    let mut resident = vec![0u8; len / page];
+    let starts: Vec<usize> = run.iter().map(|c| c.slot).collect();
+    let mut locks: Vec<usize> = starts.iter().map(|&s| lock_index(s, size)).collect();
+    locks.sort_unstable();
+    locks.dedup();
+    for &index in &locks {
+        lock(index);
+    }
+    // 3a, 3b.
+    let ok = region::remove_guards(start, len) && uffd::write_protect(start, len, true);
+    let ok = ok && region::resident_pages(start, len, &mut resident);
+    if !ok {
+        uffd::write_protect(start, len, false);
+        region::install_guards(&starts).ok();
+        for &index in &locks {
+            unlock(index);
+        }
+        for image in images {
+            // SAFETY: never published.
+            unsafe { image_free(image) };
+        }
+        return;
+    }
+    let mut released = 0u64;
+    let mut live_bytes = 0u64;
+    for (c, &image) in run.iter().zip(&images) {
+        let top = c.slot + size;
+        // SAFETY: allocated above for this candidate.
+        let (n, bytes) = unsafe { image_parts(image) };
+        // 3c: page by page; a missing page reads as zeros.
+        let mut at = c.lo;
+        while at < top {
+            let page_end = (at / page + 1) * page;
+            let to = page_end.min(top);
+            let offset = at - c.lo;
+            // SAFETY: `[at, to)` is in the slot; the page is present per `mincore` (and
+            // stays so: the slot is locked and write-protected, invariant 3), or we write
+            // zeros; the image holds `n` bytes from `c.lo`.
+            unsafe {
+                if resident[(at - start) / page] & 1 != 0 {
+                    std::ptr::copy_nonoverlapping(at as *const u8, bytes.add(offset), to - at);
+                } else {
+                    std::ptr::write_bytes(bytes.add(offset), 0, to - at);
+                }
+            }
+            at = to;
+        }
+        let slot_pages = &resident[(c.slot - start) / page..(top - start) / page];
+        released += slot_pages.iter().filter(|&&r| r & 1 != 0).count() as u64 * page as u64;
+        live_bytes += n as u64;
+        // 3d.
+        let entry = region::table_entry(c.slot).expect("slot in a registered region");
+        entry.store(image, Ordering::Release);
+        c.stack.flags.set(c.stack.flags.get() | COMPACTED);
+    }
+    // 3e.
+    region::release_range(start, len);
+    for &index in &locks {
+        unlock(index);
+    }
+    add(&COMPACTIONS, run.len() as u64);
+    add(&COMPACTED_LIVE_BYTES, live_bytes);
+    add(&COMPACTION_RELEASED_BYTES, released);
+    if size < WINDOW {
+        release_window_if_empty(start / WINDOW * WINDOW, size);
+        release_window_if_empty((end - 1) / WINDOW * WINDOW, size);
+    }
+}
+
+/// The span of one page-table page.
+const WINDOW: usize = 2 << 20;
+
+/// Releases the 2 MiB window at `window` again if every slot in it is compacted, so that the
+/// kernel frees its page-table page (see "Page tables").
+fn release_window_if_empty(window: usize, size: usize) {
+    let slots: Vec<usize> = (0..WINDOW / size).map(|i| window + i * size).collect();
+    if slots.iter().any(|&s| region::table_entry(s).is_none()) {
+        return;
+    }
+    let mut locks: Vec<usize> = slots.iter().map(|&s| lock_index(s, size)).collect();
+    locks.sort_unstable();
+    locks.dedup();
+    for &index in &locks {
+        lock(index);
+    }
+    let empty = slots
+        .iter()
+        .all(|&s| region::table_entry(s).is_some_and(|e| !e.load(Ordering::Relaxed).is_null()));
+    if empty {
+        // Invariant 2: every slot is COMPACTED and locked, so no page of the window is
+        // present and none can be filled meanwhile.
+        region::release_range(window, WINDOW);
+    }
+    for &index in &locks {
+        unlock(index);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calibration_bounds_the_switch_frames() {
+        calibrate(crate::task::Suspend::Park);
+        let margin = margin().expect("calibration failed on a supported target");
+        // The switch pushes three words below the recorded pointer at least.
+        assert!((24..=MAX_MARGIN).contains(&margin), "margin {margin}");
+        assert_eq!(margin % 16, 0);
+    }
+
+    #[test]
+    fn images_hold_their_length_and_bytes() {
+        let image = image_alloc(100);
+        // SAFETY: just allocated, 100 bytes after the length word.
+        unsafe {
+            let (len, bytes) = image_parts(image);
+            assert_eq!(len, 100);
+            std::ptr::write_bytes(bytes, 9, len);
+            assert_eq!(*bytes.add(99), 9);
+            image_free(image);
+        }
+    }
+}

@@ -1,0 +1,539 @@
+//! Parked tasks' stacks are reclaimed and compacted, and every access to them — by the task
+//! after it wakes, by another thread, by the kernel in a syscall, by a forked child — sees
+//! the right bytes (stack/compact.rs, "The contract").
+//!
+//! Tests that need compaction skip (with a note) where `weft::stack::mode()` is not
+//! `Compact`; the fallback test forces reclaim-only in a child process.
+
+use std::hint::black_box;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use weft::stack::{StackMode, StackPolicy};
+
+/// Aborts the process if a test runs longer than `secs`: none of these may hang.
+fn watchdog(name: &'static str, secs: u64) -> Arc<AtomicBool> {
+    let done = Arc::new(AtomicBool::new(false));
+    let flag = done.clone();
+    std::thread::spawn(move || {
+        let start = Instant::now();
+        while !flag.load(Ordering::Relaxed) {
+            if start.elapsed() > Duration::from_secs(secs) {
+                eprintln!("{name}: still running after {secs} s");
+                std::process::abort();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    done
+}
+
+fn eager_runtime(workers: usize) -> weft::Runtime {
+    weft::Runtime::builder()
+        .workers(workers)
+        .stack_policy(StackPolicy::eager())
+        .build()
+        .unwrap()
+}
+
+fn compaction_available() -> bool {
+    let mode = weft::stack::mode();
+    if mode != StackMode::Compact {
+        eprintln!("skipped: stack mode is {mode}");
+        return false;
+    }
+    true
+}
+
+/// Whether the page holding `addr` is resident (mincore touches nothing).
+fn resident(addr: usize) -> bool {
+    let page = 4096;
+    let mut v = 0u8;
+    // SAFETY: mincore reads page tables only; the address is in a stack region we own.
+    let rc = unsafe { libc::mincore((addr / page * page) as *mut libc::c_void, 1, &mut v) };
+    assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
+    v & 1 != 0
+}
+
+/// Waits until the page of `addr` has been released (the task is compacted).
+fn wait_released(addr: usize) {
+    let start = Instant::now();
+    while resident(addr) {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the parked task's stack was never compacted"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A task's local address, sent out to a helper thread.
+struct Addr(usize);
+
+#[test]
+fn stress_locals_survive_parks_compactions_and_restores() {
+    let done = watchdog("stress", 60);
+    let rt = eager_runtime(2);
+    if !compaction_available() {
+        return;
+    }
+    let before = weft::stack::counters();
+    let stop = Arc::new(AtomicBool::new(false));
+    let checked = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..64u64)
+        .map(|id| {
+            let (stop, checked) = (stop.clone(), checked.clone());
+            rt.spawn(move || {
+                let mut rng = id.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+                let mut next = move || {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    rng
+                };
+                // Locals of several sizes, held by reference across every park.
+                let mut small = [0u64; 8];
+                let mut big = [0u8; 20 << 10];
+                let mut round = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let seed = next();
+                    for (i, word) in small.iter_mut().enumerate() {
+                        *word = seed.wrapping_add(i as u64);
+                    }
+                    let fill = (seed >> 8) as u8;
+                    let span = (seed as usize) % big.len();
+                    big[..span].fill(fill);
+                    let refs = (&small, &big);
+                    let sleep = Duration::from_micros(next() % 3000);
+                    black_box(deep(next() % 4, sleep));
+                    for (i, word) in refs.0.iter().enumerate() {
+                        assert_eq!(
+                            *word,
+                            seed.wrapping_add(i as u64),
+                            "task {id} round {round}"
+                        );
+                    }
+                    assert!(
+                        refs.1[..span].iter().all(|&b| b == fill),
+                        "task {id} round {round}"
+                    );
+                    black_box(&mut big);
+                    round += 1;
+                    checked.fetch_add(1, Ordering::Relaxed);
+                }
+                round
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    stop.store(true, Ordering::Relaxed);
+    let rounds: u64 = tasks.into_iter().map(|t| t.join().unwrap()).sum();
+    let after = weft::stack::counters();
+    assert!(rounds > 64, "only {rounds} rounds");
+    assert!(
+        after.compactions > before.compactions,
+        "nothing was compacted: {after:?}"
+    );
+    assert!(
+        after.restores > before.restores,
+        "nothing restored: {after:?}"
+    );
+    done.store(true, Ordering::Relaxed);
+}
+
+/// Parks `depth` frames down, each with a local checked after the sleep.
+#[inline(never)]
+fn deep(depth: u64, sleep: Duration) -> u64 {
+    let mut frame = [depth; 64];
+    black_box(&mut frame);
+    let below = if depth == 0 {
+        weft::time::sleep(sleep);
+        0
+    } else {
+        deep(depth - 1, sleep)
+    };
+    assert!(
+        frame.iter().all(|&w| w == depth),
+        "frame at depth {depth} changed"
+    );
+    below + black_box(&frame)[0]
+}
+
+#[test]
+fn scoped_thread_write_into_a_compacted_local_is_seen_after_waking() {
+    let done = watchdog("scoped write", 30);
+    let rt = eager_runtime(2);
+    if !compaction_available() {
+        return;
+    }
+    let before = weft::stack::counters();
+    let value = rt.block_on(|| {
+        let local = AtomicU64::new(1);
+        let woken = AtomicBool::new(false);
+        let me = weft::task::current();
+        std::thread::scope(|s| {
+            let (local, woken, me) = (&local, &woken, &me);
+            let addr = Addr(local as *const AtomicU64 as usize);
+            s.spawn(move || {
+                wait_released(addr.0);
+                // A plain user-mode write into the released page: held until restored.
+                local.store(42, Ordering::Release);
+                woken.store(true, Ordering::Release);
+                me.unpark();
+            });
+            while !woken.load(Ordering::Acquire) {
+                weft::task::park();
+            }
+        });
+        local.load(Ordering::Acquire)
+    });
+    assert_eq!(value, 42);
+    let after = weft::stack::counters();
+    assert!(after.fault_restores > before.fault_restores, "{after:?}");
+    done.store(true, Ordering::Relaxed);
+}
+
+#[test]
+fn pipe_read_into_a_compacted_local_lands_after_waking() {
+    let done = watchdog("pipe read", 30);
+    let rt = eager_runtime(2);
+    if !compaction_available() {
+        return;
+    }
+    let got = rt.block_on(|| {
+        let mut buf = [0u8; 16];
+        let woken = AtomicBool::new(false);
+        let me = weft::task::current();
+        let mut fds = [0; 2];
+        // SAFETY: a fresh pipe.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let message = *b"kernel wrote it!";
+        // SAFETY: writes 16 bytes from a local array into our pipe.
+        let written = unsafe { libc::write(fds[1], message.as_ptr().cast(), 16) };
+        assert_eq!(written, 16);
+        let addr = Addr(buf.as_mut_ptr() as usize);
+        std::thread::scope(|s| {
+            let (woken, me) = (&woken, &me);
+            s.spawn(move || {
+                wait_released(addr.0);
+                // A kernel-mode write into the released page: the syscall waits for the
+                // fault thread instead of failing with EFAULT.
+                // SAFETY: `buf` outlives the scope and nobody else touches it meanwhile.
+                let n = unsafe { libc::read(fds[0], addr.0 as *mut libc::c_void, 16) };
+                assert_eq!(n, 16, "read: {}", std::io::Error::last_os_error());
+                woken.store(true, Ordering::Release);
+                me.unpark();
+            });
+            while !woken.load(Ordering::Acquire) {
+                weft::task::park();
+            }
+        });
+        // SAFETY: our pipe's fds.
+        unsafe {
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
+        black_box(&mut buf);
+        buf
+    });
+    assert_eq!(&got, b"kernel wrote it!");
+    done.store(true, Ordering::Relaxed);
+}
+
+#[test]
+fn rendezvous_send_to_a_compacted_receiver_arrives() {
+    let done = watchdog("rendezvous", 30);
+    let rt = eager_runtime(2);
+    if !compaction_available() {
+        return;
+    }
+    let got = rt.block_on(|| {
+        let (tx, rx) = weft::chan::bounded::<[u64; 4]>(0);
+        let local_addr = Arc::new(AtomicUsize::new(0));
+        let published = local_addr.clone();
+        let receiver = weft::spawn(move || {
+            let marker = [7u64; 4];
+            published.store(&marker as *const _ as usize, Ordering::Release);
+            // The waiter this receive leaves on our stack is what the sender writes into.
+            let value = rx.recv().unwrap();
+            assert_eq!(black_box(marker), [7; 4]);
+            value
+        });
+        let addr = loop {
+            match local_addr.load(Ordering::Acquire) {
+                0 => weft::time::sleep(Duration::from_millis(1)),
+                addr => break addr,
+            }
+        };
+        // From a plain thread, so the send's writes into the waiter fault if compacted.
+        std::thread::spawn(move || {
+            wait_released(addr);
+            tx.send([1, 2, 3, 4]).unwrap();
+        })
+        .join()
+        .unwrap();
+        receiver.join().unwrap()
+    });
+    assert_eq!(got, [1, 2, 3, 4]);
+    done.store(true, Ordering::Relaxed);
+}
+
+#[test]
+fn forked_child_reads_a_compacted_stack() {
+    let done = watchdog("fork", 30);
+    let rt = eager_runtime(2);
+    if !compaction_available() {
+        return;
+    }
+    let addr = Arc::new(AtomicUsize::new(0));
+    let published = addr.clone();
+    let release = Arc::new(AtomicBool::new(false));
+    let released = release.clone();
+    let task = rt.spawn(move || {
+        let local = [0x5eed_u64; 32];
+        published.store(&local as *const _ as usize, Ordering::Release);
+        while !released.load(Ordering::Acquire) {
+            weft::task::park_timeout(Duration::from_millis(50));
+        }
+        black_box(local)[0]
+    });
+    let start = Instant::now();
+    let addr = loop {
+        match addr.load(Ordering::Acquire) {
+            0 => std::thread::sleep(Duration::from_millis(1)),
+            addr => break addr,
+        }
+    };
+    // Compacted once (it wakes every 50 ms, and is compacted again soon after each park).
+    while resident(addr) && start.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    // SAFETY: the child only reads memory and exits; no allocation, no locks.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: `addr` points at the task's 32-word local, alive until `release`.
+        let words = unsafe { std::slice::from_raw_parts(addr as *const u64, 32) };
+        let ok = words.iter().all(|&w| w == 0x5eed);
+        // SAFETY: leaves the child at once.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    assert!(pid > 0, "fork failed");
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child read wrong bytes (status {status:#x})"
+    );
+    release.store(true, Ordering::Release);
+    assert_eq!(task.join().unwrap(), 0x5eed);
+    done.store(true, Ordering::Relaxed);
+}
+
+/// Runs the one test `name` of this binary in a child process with `env`; returns its
+/// status, stdout and stderr.
+fn run_child(name: &str, env: &[(&str, &str)]) -> (std::process::Output, String, String) {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command.args(["--exact", name, "--nocapture", "--test-threads=1"]);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let output = command.output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    (output, stdout, stderr)
+}
+
+const FALLBACK_CHILD: &str = "WEFT_TEST_STACK_FALLBACK_CHILD";
+
+/// Where compaction is not permitted (forced here with `WEFT_STACK_COMPACTION=off`), weft
+/// reclaims the pages below parked tasks' stack pointers and compacts nothing.
+#[test]
+fn fallback_reclaims_without_compaction() {
+    if std::env::var(FALLBACK_CHILD).is_ok() {
+        fallback_child();
+        return;
+    }
+    let (output, stdout, stderr) = run_child(
+        "fallback_reclaims_without_compaction",
+        &[(FALLBACK_CHILD, "1"), ("WEFT_STACK_COMPACTION", "off")],
+    );
+    assert!(output.status.success(), "child failed: {stdout}\n{stderr}");
+    assert!(stdout.contains("fallback ok"), "{stdout}\n{stderr}");
+}
+
+fn fallback_child() {
+    let done = watchdog("fallback", 30);
+    let rt = eager_runtime(2);
+    let mode = weft::stack::mode();
+    assert!(matches!(mode, StackMode::Reclaim(_)), "mode {mode}");
+    let gate = Arc::new(AtomicBool::new(false));
+    let tasks: Vec<_> = (0..32u64)
+        .map(|id| {
+            let gate = gate.clone();
+            rt.spawn(move || {
+                black_box(touch_64k(id));
+                let local = [id; 16];
+                while !gate.load(Ordering::Acquire) {
+                    weft::task::park_timeout(Duration::from_millis(20));
+                }
+                assert!(black_box(local).iter().all(|&w| w == id));
+            })
+        })
+        .collect();
+    let start = Instant::now();
+    while weft::stack::counters().reclaimed_bytes < 32 * (48 << 10) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "nothing reclaimed: {:?}",
+            weft::stack::counters()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    gate.store(true, Ordering::Release);
+    for task in tasks {
+        task.join().unwrap();
+    }
+    let counters = weft::stack::counters();
+    assert_eq!(counters.compactions, 0, "{counters:?}");
+    println!("fallback ok: {counters:?}");
+    done.store(true, Ordering::Relaxed);
+}
+
+#[inline(never)]
+fn touch_64k(seed: u64) -> u8 {
+    let mut buf = [0u8; 64 << 10];
+    black_box(&mut buf);
+    for i in (0..buf.len()).step_by(512) {
+        buf[i] = (i as u64 ^ seed) as u8;
+    }
+    black_box(&buf)[777]
+}
+
+/// Writes by another thread that race with compactions and restores of the stack they write
+/// into are never lost (stack/compact.rs invariant 3: write-protect before the copy).
+#[test]
+fn writes_racing_compaction_are_never_lost() {
+    let done = watchdog("racing writes", 60);
+    let rt = eager_runtime(2);
+    if !compaction_available() {
+        return;
+    }
+    let before = weft::stack::counters();
+    let (sum, written) = rt.block_on(|| {
+        let counters = [const { AtomicU64::new(0) }; 8];
+        let finished = AtomicBool::new(false);
+        let me = weft::task::current();
+        let written = std::thread::scope(|s| {
+            let (counters, finished, me) = (&counters, &finished, &me);
+            let writer = s.spawn(move || {
+                let start = Instant::now();
+                let mut i = 0u64;
+                while start.elapsed() < Duration::from_millis(1500) {
+                    counters[(i % 8) as usize].fetch_add(1, Ordering::Relaxed);
+                    i += 1;
+                    if i % 64 == 0 {
+                        // Idle moments in which the worker compacts the parked task.
+                        std::thread::sleep(Duration::from_micros(300));
+                    }
+                }
+                finished.store(true, Ordering::Release);
+                me.unpark();
+                i
+            });
+            while !finished.load(Ordering::Acquire) {
+                weft::task::park_timeout(Duration::from_millis(1));
+            }
+            writer.join().unwrap()
+        });
+        let sum: u64 = counters.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+        (sum, written)
+    });
+    assert_eq!(sum, written, "writes were lost");
+    let after = weft::stack::counters();
+    let compactions = after.compactions - before.compactions;
+    assert!(
+        compactions > 10,
+        "only {compactions} compactions: {after:?}"
+    );
+    assert!(after.fault_restores > before.fault_restores, "{after:?}");
+    done.store(true, Ordering::Relaxed);
+}
+
+const GUARD_CHILD: &str = "WEFT_TEST_STACK_GUARD_CHILD";
+
+/// A compacted task's slot gets its guard page back before the task runs again
+/// (stack/compact.rs invariant 4): reading the guard page of a restored, running task's slot
+/// must fault. Checked in a child process, which the fault kills.
+#[test]
+fn restored_slot_has_its_guard_page_again() {
+    if std::env::var(GUARD_CHILD).is_ok() {
+        guard_child();
+        return;
+    }
+    let (output, stdout, stderr) = run_child(
+        "restored_slot_has_its_guard_page_again",
+        &[(GUARD_CHILD, "1")],
+    );
+    if stdout.contains("skipped") {
+        return;
+    }
+    use std::os::unix::process::ExitStatusExt;
+    assert!(
+        !stdout.contains("no guard") && output.status.signal() == Some(libc::SIGABRT),
+        "the guard page read did not fault: {stdout}\n{stderr}"
+    );
+    assert!(stderr.contains("stack overflow"), "{stderr}");
+}
+
+fn guard_child() {
+    let _done = watchdog("guard child", 30);
+    let rt = eager_runtime(2);
+    if !compaction_available() {
+        println!("skipped");
+        return;
+    }
+    let addr = Arc::new(AtomicUsize::new(0));
+    let running = Arc::new(AtomicBool::new(false));
+    let handle = Arc::new(std::sync::Mutex::new(None));
+    let (published, resumed, me) = (addr.clone(), running.clone(), handle.clone());
+    let _join = rt.block_on(move || {
+        weft::task::Builder::new()
+            .stack_size(64 << 10)
+            .spawn(move || {
+                let local = [3u64; 8];
+                *me.lock().unwrap() = Some(weft::task::current());
+                published.store(&local as *const _ as usize, Ordering::Release);
+                while !resumed.load(Ordering::Acquire) {
+                    weft::task::park();
+                    resumed.store(true, Ordering::Release);
+                }
+                // Running, never parked again: stays restored.
+                loop {
+                    black_box(&local);
+                    weft::task::yield_now();
+                }
+            })
+            .unwrap()
+    });
+    let local = loop {
+        match addr.load(Ordering::Acquire) {
+            0 => std::thread::sleep(Duration::from_millis(1)),
+            a => break a,
+        }
+    };
+    wait_released(local);
+    let task = handle.lock().unwrap().clone().expect("task handle");
+    task.unpark();
+    while !running.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let guard = local & !((64 << 10) - 1);
+    // SAFETY: deliberately reads the guard page; the process is expected to die here.
+    let value = unsafe { std::ptr::read_volatile(guard as *const u8) };
+    println!("guard page read returned {value}: no guard");
+    // The task never parks again, so dropping the runtime would wait for it.
+    std::process::exit(0);
+}
