@@ -2,6 +2,9 @@
 # Runs weft-loadtest against the weft echo example and the Go standard-library echo server
 # (bench/go/echo) in the same run, one fresh server process per load, and prints a comparison
 # table (round trips/s, RTT, server RSS and page tables per connection) and a JSON line.
+# `weft-bench echo` runs the same loads with tokio and thread-per-connection servers too,
+# with warm-ups, medians and charts, into target/weft-bench/report.md; this script stays for
+# quick weft-vs-Go checks.
 #
 #   bench/echo-compare.sh                 # the four loads
 #   RUNS="2000:5:0 10000:5:0" REPEAT=7 bench/echo-compare.sh

@@ -5,6 +5,8 @@
 //! assert: the machines are shared and noisy, so every program measures its peers in the same
 //! run and quotes ratios.
 
+pub mod cli;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -60,19 +62,28 @@ pub fn repo_root() -> PathBuf {
 /// The Go toolchain: `$WEFT_GO`, else `.venv-go/bin/go` at the repository root (installed by
 /// `scripts/install-go.sh`), else `go` on PATH. `Err` says why there is none.
 pub fn go_binary() -> Result<PathBuf, String> {
+    let works = |go: &Path| {
+        Command::new(go)
+            .arg("version")
+            .output()
+            .is_ok_and(|out| out.status.success())
+    };
     if let Some(go) = std::env::var_os("WEFT_GO") {
-        return Ok(PathBuf::from(go));
+        let go = PathBuf::from(go);
+        return if works(&go) {
+            Ok(go)
+        } else {
+            Err(format!(
+                "no Go toolchain ($WEFT_GO={} does not run)",
+                go.display()
+            ))
+        };
     }
     let local = repo_root().join(".venv-go/bin/go");
-    let candidates = [local, PathBuf::from("go")];
-    for go in candidates {
-        if let Ok(out) = Command::new(&go).arg("version").output() {
-            if out.status.success() {
-                return Ok(go);
-            }
-        }
-    }
-    Err("no Go toolchain (run scripts/install-go.sh)".into())
+    [local, PathBuf::from("go")]
+        .into_iter()
+        .find(|go| works(go))
+        .ok_or_else(|| "no Go toolchain (run scripts/install-go.sh)".into())
 }
 
 /// Builds the Go program in `bench/go/<name>` (standard library only) and returns the path of

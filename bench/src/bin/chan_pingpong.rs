@@ -1,77 +1,18 @@
 //! Ping-pong over two rendezvous channels: one task sends on `ping` and waits on `pong`, the
 //! other echoes. Prints ns per round trip with 1 and 2 workers for weft, tokio (mpsc of
 //! capacity 1, tokio has no rendezvous channel) and Go (unbuffered channels), median of 5
-//! rounds, then one JSON line.
+//! rounds, then one JSON line. The measurements are `weft-bench`'s (`weft_bench::cli::peer`,
+//! `bench/go/cost`).
 //!
 //! Usage: cargo run --release -p weft-bench --bin chan_pingpong [-- ROUND_TRIPS]
 
 #[path = "peers/mod.rs"]
 mod peers;
 
-use std::time::Instant;
-
 use peers::{median, opt, ratio};
+use weft_bench::cli::peer::{pingpong, Runtime};
 
 const ROUNDS: usize = 5;
-
-fn weft_round(workers: usize, n: u64) -> f64 {
-    let rt = weft::Runtime::builder().workers(workers).build().unwrap();
-    rt.block_on(move || {
-        let (ping_tx, ping_rx) = weft::chan::bounded::<u64>(0);
-        let (pong_tx, pong_rx) = weft::chan::bounded::<u64>(0);
-        let echo = weft::spawn(move || {
-            for v in ping_rx.iter() {
-                pong_tx.send(v).unwrap();
-            }
-        });
-        for i in 0..1000 {
-            ping_tx.send(i).unwrap();
-            pong_rx.recv().unwrap();
-        }
-        let start = Instant::now();
-        for i in 0..n {
-            ping_tx.send(i).unwrap();
-            pong_rx.recv().unwrap();
-        }
-        let ns = start.elapsed().as_nanos() as f64 / n as f64;
-        drop(ping_tx);
-        echo.join().unwrap();
-        ns
-    })
-}
-
-fn tokio_round(workers: usize, n: u64) -> f64 {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .build()
-        .unwrap();
-    rt.block_on(async move {
-        tokio::spawn(async move {
-            let (ping_tx, mut ping_rx) = tokio::sync::mpsc::channel::<u64>(1);
-            let (pong_tx, mut pong_rx) = tokio::sync::mpsc::channel::<u64>(1);
-            let echo = tokio::spawn(async move {
-                while let Some(v) = ping_rx.recv().await {
-                    pong_tx.send(v).await.unwrap();
-                }
-            });
-            for i in 0..1000 {
-                ping_tx.send(i).await.unwrap();
-                pong_rx.recv().await.unwrap();
-            }
-            let start = Instant::now();
-            for i in 0..n {
-                ping_tx.send(i).await.unwrap();
-                pong_rx.recv().await.unwrap();
-            }
-            let ns = start.elapsed().as_nanos() as f64 / n as f64;
-            drop(ping_tx);
-            echo.await.unwrap();
-            ns
-        })
-        .await
-        .unwrap()
-    })
-}
 
 fn main() {
     let n: u64 = std::env::args()
@@ -80,15 +21,12 @@ fn main() {
         .unwrap_or(200_000);
     // WEFT_BENCH_ONLY=weft skips the peers (for profiling).
     let only_weft = std::env::var("WEFT_BENCH_ONLY").is_ok_and(|v| v == "weft");
-    let go = if only_weft {
-        Err("WEFT_BENCH_ONLY=weft".to_string())
+    let go_reason = if only_weft {
+        Some("WEFT_BENCH_ONLY=weft".to_string())
     } else {
-        peers::run_go(
-            "chan_pingpong",
-            &[format!("-n={n}"), format!("-rounds={ROUNDS}")],
-        )
+        weft_bench::go_binary().err()
     };
-    if let Err(reason) = &go {
+    if let Some(reason) = &go_reason {
         println!("go: skipped: {reason}");
     }
     println!("ping-pong over two rendezvous channels, {n} round trips, median of {ROUNDS}");
@@ -106,23 +44,28 @@ fn main() {
         None => vec![1, 2],
     };
     for workers in rows {
-        let weft = median((0..ROUNDS).map(|_| weft_round(workers, n)).collect());
+        let weft = median(
+            (0..ROUNDS)
+                .map(|_| pingpong(Runtime::Weft, workers, n))
+                .collect(),
+        );
         let tokio = if only_weft {
             f64::NAN
         } else {
-            median((0..ROUNDS).map(|_| tokio_round(workers, n)).collect())
+            median(
+                (0..ROUNDS)
+                    .map(|_| pingpong(Runtime::Tokio, workers, n))
+                    .collect(),
+            )
         };
-        let go_ns = go
-            .as_ref()
-            .ok()
-            .and_then(|out| peers::go_value(out, "pingpong", &format!("procs={workers} ns")))
-            .or_else(|| {
-                go.as_ref().ok().and_then(|out| {
-                    out.lines()
-                        .find(|l| l.contains(&format!("procs={workers} ")))
-                        .and_then(|l| peers::go_value(l, "pingpong", "ns"))
-                })
-            });
+        let go_ns = if go_reason.is_some() {
+            None
+        } else {
+            let (n, procs) = (n.to_string(), workers.to_string());
+            peers::go_cost_ns(&["-what", "pingpong", "-n", &n, "-procs", &procs], ROUNDS)
+                .map_err(|e| println!("go: failed: {e}"))
+                .ok()
+        };
         println!(
             "{workers:>8} {weft:>10.1} {tokio:>10.1} {:>10} {:>9} {:>9}",
             opt(go_ns),

@@ -5,7 +5,7 @@
 //! cargo run --release -p weft-bench --bin million -- [--tasks N] [--mode idle|8k|64k] [--settle-ms MS]
 //! ```
 //!
-//! Runs `target/release/examples/million` and `bench/go/million` (built when a Go toolchain
+//! Runs `target/release/examples/million` and `bench/go/probe` (built when a Go toolchain
 //! is present) with the same arguments, and prints both JSON figures with ratios.
 
 use std::process::Command;
@@ -36,7 +36,7 @@ fn main() {
         .chunks(2)
         .flat_map(|pair| pair.iter().map(|a| a.replacen("--", "-", 1)))
         .collect();
-    let go_line = build_go("million").and_then(|bin| {
+    let go_line = build_go("probe").and_then(|bin| {
         run_go(
             &bin,
             &go_args.iter().map(String::as_str).collect::<Vec<_>>(),

@@ -541,6 +541,8 @@ mod tests {
                     sp_delta_max: fr - 8,
                     code_size: 1,
                     entry: 0,
+                    func_id: 0,
+                    wrapper: false,
                 })
                 .collect(),
         }

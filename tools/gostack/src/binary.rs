@@ -80,6 +80,14 @@ pub struct FuncFrame {
     /// Entry as an offset from the text start.
     #[serde(skip)]
     pub entry: u32,
+    /// The pclntab's `funcID` byte.
+    #[serde(skip)]
+    pub func_id: u8,
+    /// Generated code by its `funcID`: an ABI wrapper (which carries the name of the
+    /// function it wraps, so two rows share a name), a method wrapper, a hash or equality
+    /// function, or assembly declared `WRAPPER`.
+    #[serde(skip)]
+    pub wrapper: bool,
 }
 
 /// A decoded Go executable.
@@ -177,6 +185,7 @@ impl GoBinary {
             return Err(Problem::new("pclntab lists no functions"));
         }
         let ra = arch.return_address_size();
+        let wrapper_id = wrapper_func_id(&funcs);
         let funcs = funcs
             .into_iter()
             .map(|f| FuncFrame {
@@ -184,6 +193,8 @@ impl GoBinary {
                 sp_delta_max: f.max_sp,
                 code_size: f.size,
                 entry: f.entry,
+                func_id: f.func_id,
+                wrapper: wrapper_id.is_some_and(|id| f.func_id == id),
                 name: f.name,
             })
             .collect();
@@ -222,6 +233,20 @@ impl GoBinary {
         self.go_version
             .clone()
             .unwrap_or_else(|| self.pclntab_versions.to_string())
+    }
+}
+
+/// The `funcID` the linker gives generated wrappers. Its number moves between Go releases
+/// (21 in 1.18–1.22, 23 in 1.27) as special functions are added, but it always directly
+/// follows `runtime.systemstack_switch`'s; a table without that function (not a whole Go
+/// program) uses the largest `funcID` present, the wrapper code being the last one.
+fn wrapper_func_id(funcs: &[pclntab::Func]) -> Option<u8> {
+    let anchor = funcs
+        .iter()
+        .find(|f| f.name == "runtime.systemstack_switch" && f.func_id != 0);
+    match anchor {
+        Some(f) => f.func_id.checked_add(1),
+        None => funcs.iter().map(|f| f.func_id).max().filter(|&id| id != 0),
     }
 }
 

@@ -21,7 +21,9 @@
 //! functab at pclnOffset: nfunc+1 × {entryOff u32, funcOff u32}; the last entryOff is the
 //!         end of the text; funcOff is relative to pclnOffset
 //! _func at pclnOffset+funcOff: entryOff u32, nameOff i32, args i32, deferreturn u32,
-//!         pcsp u32, ...   (nameOff into funcnametab, pcsp into pctab)
+//!         pcsp u32, pcfile u32, pcln u32, npcdata u32, cuOffset u32,
+//!         [startLine i32, Go 1.20+], funcID u8, flag u8, _ u8, nfuncdata u8, ...
+//!         (nameOff into funcnametab, pcsp into pctab; funcID marks generated wrappers)
 //! ```
 //!
 //! Every read is bounds-checked: a truncated or corrupt table is a [`Problem`], never a
@@ -40,9 +42,11 @@ const MAGIC_GO12: u32 = 0xffff_fffb;
 const HEADER_FIXED: usize = 8;
 /// Number of word-sized header fields.
 const HEADER_WORDS: usize = 8;
-/// Smallest `_func` record (Go 1.18: nine u32 fields and four bytes); only the first
-/// five fields (entryOff, nameOff, args, deferreturn, pcsp) are read.
+/// Smallest `_func` record of Go 1.18 and 1.19 (nine u32 fields and four bytes); the first
+/// five fields (entryOff, nameOff, args, deferreturn, pcsp) and `funcID` are read.
 const FUNC_READ: usize = 40;
+/// Smallest `_func` record of Go 1.20 and later, which added `startLine` before `funcID`.
+const FUNC_READ_GO120: usize = 44;
 
 /// The decoded header of a pclntab.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +91,9 @@ pub struct Func {
     /// Largest SP delta of the function's `pcsp` table: bytes the function pushes below
     /// the SP it was entered with (locals, outgoing arguments, saved frame pointer).
     pub max_sp: u32,
+    /// The `_func` record's `funcID` byte: 0 for an ordinary function, else the runtime's
+    /// code for a special one (one code marks generated wrappers, see `binary.rs`).
+    pub func_id: u8,
 }
 
 /// A pclntab: the bytes plus its decoded header.
@@ -244,13 +251,15 @@ impl<'a> Table<'a> {
         if end < entry {
             return Err(corrupt("entries are not in ascending order"));
         }
+        let (record, id_at) = if h.magic == MAGIC_GO118 {
+            (FUNC_READ, 36)
+        } else {
+            (FUNC_READ_GO120, 40)
+        };
         let fo = h
             .pcln_off
             .checked_add(func_off as usize)
-            .filter(|fo| {
-                fo.checked_add(FUNC_READ)
-                    .is_some_and(|e| e <= self.data.len())
-            })
+            .filter(|fo| fo.checked_add(record).is_some_and(|e| e <= self.data.len()))
             .ok_or_else(|| corrupt("its _func record lies outside the table"))?;
         let f_entry = u32_at(self.data, fo).unwrap_or(u32::MAX);
         if f_entry != entry {
@@ -274,11 +283,13 @@ impl<'a> Table<'a> {
             max_pc_value(&self.data[start..h.pcln_off], end - entry, h.quantum)
                 .ok_or_else(|| corrupt("its pcsp table is malformed"))?
         };
+        let func_id = self.data[fo + id_at];
         Ok(Func {
             name,
             entry,
             size: end - entry,
             max_sp,
+            func_id,
         })
     }
 
@@ -356,7 +367,7 @@ pub(crate) mod tests {
             r.extend_from_slice(&0u32.to_le_bytes());
             r.extend_from_slice(&0u32.to_le_bytes());
             r.extend_from_slice(&pcsp_offs[i].to_le_bytes());
-            r.extend_from_slice(&[0u8; 20]);
+            r.extend_from_slice(&[0u8; 24]); // through funcID, flag, nfuncdata
             recs.extend_from_slice(&r);
             entry += len;
         }

@@ -29,27 +29,67 @@ struct FramesJson<'a> {
     go_version: String,
     arch: &'static str,
     functions: usize,
-    frames: Vec<&'a crate::binary::FuncFrame>,
+    frames: Vec<FrameRow<'a>>,
+}
+
+/// One `frames` row: the entry tells apart functions that share a name (an ABI wrapper
+/// carries the name of the function it wraps).
+#[derive(Serialize)]
+struct FrameRow<'a> {
+    name: &'a str,
+    frame: u32,
+    sp_delta_max: u32,
+    /// Entry address: the text start plus the offset, `null` when the file does not say
+    /// where the text starts (a header-less build).
+    entry: Option<u64>,
+    /// Entry as an offset from the text start.
+    entry_offset: u32,
+    /// Generated code (ABI or method wrapper, hash/equality function) by its `funcID`.
+    wrapper: bool,
+}
+
+/// The entry as text: the address when the text start is known, else `text+offset`.
+fn entry_text(b: &GoBinary, f: &crate::binary::FuncFrame) -> String {
+    match b.text_start {
+        0 => format!("text+{:#x}", f.entry),
+        t => format!("{:#x}", t + u64::from(f.entry)),
+    }
 }
 
 /// The `frames` command's output: functions by frame size, largest first.
 pub fn frames(b: &GoBinary, top: Option<usize>, json: bool) -> String {
     let mut fs: Vec<_> = b.funcs.iter().collect();
-    fs.sort_by(|x, y| y.frame.cmp(&x.frame).then_with(|| x.name.cmp(&y.name)));
+    fs.sort_by(|x, y| {
+        y.frame
+            .cmp(&x.frame)
+            .then_with(|| x.name.cmp(&y.name))
+            .then_with(|| x.entry.cmp(&y.entry))
+    });
     fs.truncate(top.unwrap_or(usize::MAX));
     if json {
         let j = FramesJson {
             go_version: b.version_label(),
             arch: b.arch.name(),
             functions: b.funcs.len(),
-            frames: fs,
+            frames: fs
+                .iter()
+                .map(|f| FrameRow {
+                    name: &f.name,
+                    frame: f.frame,
+                    sp_delta_max: f.sp_delta_max,
+                    entry: (b.text_start != 0).then(|| b.text_start + u64::from(f.entry)),
+                    entry_offset: f.entry,
+                    wrapper: f.wrapper,
+                })
+                .collect(),
         };
         return serde_json::to_string_pretty(&j).unwrap_or_default() + "\n";
     }
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{} {}: {} functions; frame = largest pcsp SP delta{}",
+        "{} {}: {} functions; frame = largest pcsp SP delta{}; [wrapper] = generated code \
+         (an ABI wrapper has the name of the function it wraps)",
         b.version_label(),
         b.arch.name(),
         b.funcs.len(),
@@ -59,9 +99,21 @@ pub fn frames(b: &GoBinary, top: Option<usize>, json: bool) -> String {
             ""
         }
     );
-    let _ = writeln!(out, "{:>10} {:>10}  function", "frame", "sp-delta");
+    let _ = writeln!(
+        out,
+        "{:>10} {:>10} {:>18}  function",
+        "frame", "sp-delta", "entry"
+    );
     for f in fs {
-        let _ = writeln!(out, "{:>10} {:>10}  {}", f.frame, f.sp_delta_max, f.name);
+        let _ = writeln!(
+            out,
+            "{:>10} {:>10} {:>18}  {}{}",
+            f.frame,
+            f.sp_delta_max,
+            entry_text(b, f),
+            f.name,
+            if f.wrapper { " [wrapper]" } else { "" }
+        );
     }
     out
 }

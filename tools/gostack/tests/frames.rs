@@ -77,6 +77,29 @@ fn frames_match_live_objdump() {
     }
 }
 
+/// `frames` output without the entry column (text) or fields (JSON): a PIE build places
+/// the same functions at other offsets, and a header-less file does not say where its text
+/// starts.
+fn without_entries(out: &str, json: bool) -> String {
+    if json {
+        return out
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("\"entry"))
+            .collect::<Vec<_>>()
+            .join("\n");
+    }
+    out.lines()
+        .map(|l| {
+            let mut cols: Vec<&str> = l.split_whitespace().collect();
+            if cols.len() >= 4 && cols[0].parse::<u64>().is_ok() {
+                cols.remove(2);
+            }
+            cols.join(" ")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 #[test]
 fn stripped_pie_and_headerless_builds_give_identical_frames() {
     let builds = amd64_builds();
@@ -98,11 +121,62 @@ fn stripped_pie_and_headerless_builds_give_identical_frames() {
         };
         let want = run(&builds[0]);
         assert!(want.lines().count() > 1500);
-        for p in &builds[1..] {
-            assert!(run(p) == want, "frames output of {} differs", p.display());
+        // The stripped build is the same link: even the entries agree.
+        assert!(
+            run(&builds[1]) == want,
+            "frames output of the stripped build differs"
+        );
+        let want = without_entries(&want, json);
+        for p in &builds[2..] {
+            assert!(
+                without_entries(&run(p), json) == want,
+                "frames output of {} differs",
+                p.display()
+            );
         }
     }
     eprintln!("frames: plain, stripped (-s -w), PIE and header-less builds print identical output");
+}
+
+/// An ABI wrapper carries the name of the function it wraps: the two `runtime.newstack`
+/// rows (a 304-byte frame and the 8-byte wrapper) must differ in entry and wrapper mark.
+#[test]
+fn rows_sharing_a_name_show_their_entry_and_wrapper_mark() {
+    let bin = fixture_binary("service.amd64");
+    let (code, out, err) = cli(&["frames".as_ref(), bin.as_os_str()]);
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<&str> = out
+        .lines()
+        .filter(|l| l.split_whitespace().nth(3) == Some("runtime.newstack"))
+        .collect();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let cols = |l: &str| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+    let (big, small) = (cols(rows[0]), cols(rows[1]));
+    assert_eq!((big[0].as_str(), small[0].as_str()), ("304", "8"));
+    assert!(big[2].starts_with("0x") && small[2].starts_with("0x"));
+    assert_ne!(big[2], small[2], "the two rows have the same entry");
+    assert_eq!(big.len(), 4, "the function itself is marked: {}", rows[0]);
+    assert_eq!(
+        small.get(4).map(String::as_str),
+        Some("[wrapper]"),
+        "{}",
+        rows[1]
+    );
+
+    let (code, out, err) = cli(&["frames".as_ref(), bin.as_os_str(), "--json".as_ref()]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let rows: Vec<&serde_json::Value> = v["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["name"] == "runtime.newstack")
+        .collect();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["wrapper"], false);
+    assert_eq!(rows[1]["wrapper"], true);
+    assert_ne!(rows[0]["entry"], rows[1]["entry"]);
+    assert!(rows[0]["entry"].as_u64().unwrap() > rows[0]["entry_offset"].as_u64().unwrap());
 }
 
 #[test]

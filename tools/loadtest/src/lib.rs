@@ -324,6 +324,29 @@ pub fn time_limit(config: &Config) -> Duration {
         + Duration::from_secs(5)
 }
 
+/// What the `weft-loadtest` binary does with its configuration: grows the descriptor table
+/// ([`prepare_fds`]), starts a watchdog that exits the process with status 3 once the run
+/// outlives [`time_limit`], and runs the load on a new weft runtime whose tasks get
+/// `stack_size`-byte stacks.
+///
+/// # Errors
+/// When the runtime cannot start.
+pub fn run_bounded(config: Config, stack_size: usize) -> Result<Report, String> {
+    prepare_fds(config.conns + 256);
+    // A run must end: past every timeout the load can take, give up with an error.
+    let limit = time_limit(&config);
+    std::thread::spawn(move || {
+        std::thread::sleep(limit);
+        eprintln!("loadtest: the run did not end within {limit:?}; giving up");
+        std::process::exit(3);
+    });
+    let runtime = weft::Runtime::builder()
+        .stack_size(stack_size)
+        .build()
+        .map_err(|e| format!("loadtest: cannot start the runtime: {e}"))?;
+    Ok(runtime.block_on(move || run(&config)))
+}
+
 /// A cheap deterministic hash for the stagger delays.
 fn jitter(conn: usize, round: usize, max_ms: u64) -> Duration {
     if max_ms == 0 {

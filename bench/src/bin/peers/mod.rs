@@ -11,6 +11,18 @@ pub fn run_go(name: &str, args: &[String]) -> Result<String, String> {
     weft_bench::run_go_output(&bin, &args)
 }
 
+/// The median over `rounds` runs of `bench/go/cost` with `args`, its `ns` figure.
+pub fn go_cost_ns(args: &[&str], rounds: usize) -> Result<f64, String> {
+    let bin = weft_bench::build_go("cost")?;
+    let runs = (0..rounds)
+        .map(|_| {
+            let line = weft_bench::run_go(&bin, args)?;
+            weft_bench::json_number(&line, "ns").ok_or(format!("unexpected Go output: {line}"))
+        })
+        .collect::<Result<Vec<f64>, String>>()?;
+    Ok(median(runs))
+}
+
 /// Finds `key=value` in the Go peer's output (lines of `key=value` pairs).
 pub fn go_value(output: &str, line_tag: &str, key: &str) -> Option<f64> {
     output

@@ -1,8 +1,10 @@
-// The Go peer of weft's million example: N goroutines, each optionally using 8 or 64 KiB of
-// stack first, all parked on one channel; memory measured from /proc/self/status before the
-// spawn loop, once all are parked, and again after -settle-ms (time for the scavenger to give
-// memory back). Prints one JSON line with the same fields as weft's.
-// Standard library only.
+// The Go side of `weft-bench probe` and the peer of weft's million example: N goroutines,
+// each optionally using 8 or 64 KiB of stack first, all parked on one channel. Memory is read
+// from /proc/self/status before the spawn loop, once all are parked, again after -settle-ms
+// (time for the scavenger to give memory back: the "settled" fields, as weft's million
+// example prints them), and once more after six forced GCs (the original goroutine-memory
+// experiment's settling step: the "gc" fields), with the runtime's StackInuse divided by the
+// goroutines. Prints one JSON line. Standard library only.
 package main
 
 import (
@@ -10,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -95,10 +98,22 @@ func main() {
 	rss1, pte1, _ := status()
 	time.Sleep(time.Duration(*settleMs) * time.Millisecond)
 	rss2, pte2, hwm := status()
+	for i := 0; i < 6; i++ {
+		runtime.GC()
+	}
+	rss3, pte3, _ := status()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	goroutines := runtime.NumGoroutine()
 	close(gate)
 	wg.Wait()
 	per := func(a, b int64) float64 { return float64(b-a) / float64(*n) }
-	fmt.Printf("{\"tasks\":%d,\"mode\":%q,\"spawn_ms\":%.1f,\"spawn_loop_ms\":%.1f,\"rss_bytes_per_task\":%.0f,\"pte_bytes_per_task\":%.0f,\"settle_ms\":%d,\"settled_rss_bytes_per_task\":%.0f,\"settled_pte_bytes_per_task\":%.0f,\"peak_rss_bytes\":%d}\n",
+	// The field names of weft's million example, so bench/src/bin/million.rs reads both.
+	fmt.Printf("{\"tasks\":%d,\"mode\":%q,\"spawn_ms\":%.1f,\"spawn_loop_ms\":%.1f,\"rss_bytes_per_task\":%.0f,"+
+		"\"pte_bytes_per_task\":%.0f,\"settle_ms\":%d,\"settled_rss_bytes_per_task\":%.0f,"+
+		"\"settled_pte_bytes_per_task\":%.0f,\"gc_rss_bytes_per_task\":%.0f,\"gc_pte_bytes_per_task\":%.0f,"+
+		"\"stack_inuse_per_goroutine\":%.0f,\"peak_rss_bytes\":%d}\n",
 		*n, *mode, float64(allParked.Microseconds())/1000, float64(loop.Microseconds())/1000,
-		per(rss0, rss1), per(pte0, pte1), *settleMs, per(rss0, rss2), per(pte0, pte2), hwm)
+		per(rss0, rss1), per(pte0, pte1), *settleMs, per(rss0, rss2), per(pte0, pte2),
+		per(rss0, rss3), per(pte0, pte3), float64(ms.StackInuse)/float64(goroutines), hwm)
 }

@@ -1,0 +1,264 @@
+//! `weft-bench cost`: the cost table — memory per blocked unit, spawn + run to completion,
+//! one channel send + receive, a switch round trip with 1 and 2 workers, OS threads for
+//! contrast, and what happens at the thread limit.
+//!
+//! - spawn: N units that each bump a counter, the last one waking the spawner (threads:
+//!   spawn and join N threads); ns per unit.
+//! - send + receive: one unit sends then receives on a channel of capacity 1 (no parking).
+//! - switch round trip: two units bounce a value over rendezvous channels (tokio: mpsc of
+//!   capacity 1; threads: `sync_channel(0)`, both pinned to one CPU for "1 worker").
+//! - thread limit: Go with `debug.SetMaxThreads(10)` and 40 goroutines that lock an OS
+//!   thread each dies ("fatal error: thread exhaustion"); weft with `max_threads(10)` and 40
+//!   concurrent `try_spawn_blocking` calls returns an error to the calls past the limit.
+//!
+//! May call: `runner`, `probe` (its programs, for the memory row), `chart`, `report`.
+//!
+//! Why each operation in its own process and round: a figure of a few hundred nanoseconds
+//! moves with the other work on the machine, and the runner's alternation pairs each weft
+//! run with a peer run next to it in time.
+
+use serde_json::json;
+
+use crate::args;
+use crate::cli::chart::{self, BarPanel};
+use crate::cli::report::{table, Section};
+use crate::cli::runner::{self, go_program, run_capture, Cmd, Ctx, Outcome, Program};
+use crate::cli::stats::{cell, ratio_cell, Summary};
+
+struct Row {
+    label: String,
+    key: &'static str,
+    outcomes: Vec<Outcome>,
+}
+
+fn peer_cmd(what: &str, rt: &str, n: usize, workers: Option<usize>) -> Result<Cmd, String> {
+    let mut a = args![what, "--runtime", rt, "--n", n].to_vec();
+    if let Some(w) = workers {
+        a.extend(args!["--workers", w]);
+    }
+    Cmd::me(&a)
+}
+
+fn go_cmd(what: &str, n: usize, procs: Option<usize>) -> Result<Cmd, String> {
+    go_program("cost").map(|exe| {
+        Cmd::new(
+            exe,
+            &args!["-what", what, "-n", n, "-procs", procs.unwrap_or(0)],
+        )
+    })
+}
+
+/// weft, Go, tokio and threads for one operation; `threads_n` is the threads' own count.
+fn op<'a>(what: &str, n: usize, threads_n: usize, workers: Option<usize>) -> Vec<Program<'a>> {
+    let go_what = if what == "sendrecv" { "sendrecv" } else { what };
+    vec![
+        Program::command("weft", peer_cmd(what, "weft", n, workers)),
+        Program::command("go", go_cmd(go_what, n, workers)),
+        Program::command("tokio", peer_cmd(what, "tokio", n, workers)),
+        Program::command("threads", peer_cmd(what, "threads", threads_n, workers)),
+    ]
+}
+
+/// Runs the experiment and returns its section.
+pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
+    let s = ctx.size;
+    let mem_n = s.pick(100_000, 100_000, 1000);
+    let spawn_n = s.pick(100_000, 100_000, 1000);
+    let chan_n = s.pick(5_000_000, 2_000_000, 10_000);
+    let pp_n = s.pick(200_000, 100_000, 1000);
+    let pb = runner::bar(ctx, "cost", 6 * 4 * (ctx.runs + 1));
+    let mut rows = Vec::new();
+
+    let mut mem = crate::cli::probe::programs(s, "idle", mem_n);
+    let threads_mem = mem_n.min(10_000);
+    if mem.len() == 3 {
+        mem.push(Program::command(
+            "threads",
+            Cmd::me(&args![
+                "probe",
+                "--runtime",
+                "threads",
+                "--tasks",
+                threads_mem,
+                "--mode",
+                "idle",
+                "--settle-ms",
+                crate::cli::probe::settle_ms(s)
+            ]),
+        ));
+    }
+    let outcomes = runner::alternate(
+        ctx,
+        &pb,
+        "cost",
+        json!({"what": "memory", "tasks": mem_n}),
+        mem,
+    );
+    let mut mem_row = Row {
+        label: format!(
+            "memory per blocked unit, B (RSS + page tables after {} ms parked, Go after six \
+             GCs; {} units, threads {})",
+            crate::cli::probe::settle_ms(s),
+            crate::cli::stats::num(mem_n as f64),
+            crate::cli::stats::num(threads_mem as f64)
+        ),
+        key: "",
+        outcomes,
+    };
+    for o in &mut mem_row.outcomes {
+        for r in o.runs.iter_mut().flatten() {
+            let b = crate::cli::probe::per_unit(r, true);
+            r["bytes_per_unit"] = json!(b);
+        }
+    }
+    mem_row.key = "bytes_per_unit";
+    rows.push(mem_row);
+
+    let threads_spawn = s.pick(5000, 2000, 100);
+    let cases: [(&str, String, usize, usize, Option<usize>); 4] = [
+        (
+            "spawn",
+            "spawn + run to completion, ns per unit".into(),
+            spawn_n,
+            threads_spawn,
+            None,
+        ),
+        (
+            "sendrecv",
+            "channel send + receive (capacity 1), ns".into(),
+            chan_n,
+            chan_n,
+            None,
+        ),
+        (
+            "pingpong",
+            "switch round trip, 1 worker, ns".into(),
+            pp_n,
+            s.pick(20_000, 10_000, 100),
+            Some(1),
+        ),
+        (
+            "pingpong",
+            "switch round trip, 2 workers, ns".into(),
+            pp_n,
+            s.pick(5000, 2000, 100),
+            Some(2),
+        ),
+    ];
+    for (what, label, n, tn, workers) in cases {
+        let case = json!({"what": what, "n": n, "workers": workers});
+        let outcomes = runner::alternate(ctx, &pb, "cost", case, op(what, n, tn, workers));
+        rows.push(Row {
+            label,
+            key: "ns",
+            outcomes,
+        });
+    }
+    pb.finish_and_clear();
+
+    let mut md_rows = Vec::new();
+    for r in &rows {
+        let weft = r.outcomes[0].field(r.key);
+        let mut cells = vec![r.label.clone()];
+        for o in &r.outcomes {
+            cells.push(match o.summary(r.key) {
+                Some(s) => cell(Some(s)),
+                None => o.missing(),
+            });
+        }
+        for peer in ["go", "tokio", "threads"] {
+            let o = r.outcomes.iter().find(|o| o.peer == peer);
+            cells.push(ratio_cell(
+                o.and_then(|o| Summary::of_ratios(&weft, &o.field(r.key))),
+            ));
+        }
+        md_rows.push(cells);
+    }
+    let head = [
+        "",
+        "weft",
+        "Go",
+        "tokio",
+        "std threads",
+        "weft / Go",
+        "weft / tokio",
+        "weft / threads",
+    ];
+    let mut markdown = table(&head, &md_rows);
+    let limit = thread_limit(ctx);
+    markdown += &format!(
+        "\nThread limit, 10 threads, 40 units that each need one:\n\n{}",
+        table(&["peer", "what happens"], &limit)
+    );
+    let summary = table(
+        &head[..6],
+        &md_rows.iter().map(|r| r[..6].to_vec()).collect::<Vec<_>>(),
+    ) + &format!(
+        "\nAt the thread limit: Go {}; weft {}.\n",
+        limit.first().map_or("-", |r| r[1].as_str()),
+        limit.get(1).map_or("-", |r| r[1].as_str())
+    );
+
+    let chart_name = "cost-bars.svg";
+    let panels: Vec<BarPanel> = rows[1..]
+        .iter()
+        .map(|r| BarPanel {
+            title: r.label.replace(", ns per unit", "").replace(", ns", ""),
+            y_label: "ns (log scale)".into(),
+            y_log: true,
+            bars: r
+                .outcomes
+                .iter()
+                .map(|o| (o.peer.to_string(), chart::colour(o.peer), o.summary(r.key)))
+                .collect(),
+        })
+        .collect();
+    chart::bars(
+        &ctx.out.join(chart_name),
+        "Spawn, channel and switch costs (ns, lower is better)",
+        &panels,
+    )?;
+    Ok(Section {
+        name: "cost".into(),
+        title: "Costs: memory, spawn, channel, switch, thread limit".into(),
+        ran: String::new(),
+        markdown,
+        summary,
+        charts: vec![chart_name.into()],
+        raw: Vec::new(),
+    })
+}
+
+/// Go's and weft's behaviour at a thread limit of 10, one run each (a behaviour, not a
+/// figure: no repeats).
+fn thread_limit(ctx: &mut Ctx) -> Vec<Vec<String>> {
+    let go = go_program("cost").and_then(|exe| {
+        let f = run_capture(&Cmd::new(exe, &args!["-what", "threadlimit", "-limit", 10]))?;
+        let lines: Vec<&str> = f
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("runtime:") || l.starts_with("fatal error"))
+            .take(2)
+            .collect();
+        Ok(if f.success {
+            "survived (no thread exhaustion)".to_string()
+        } else {
+            format!("the process dies ({}): `{}`", f.status, lines.join(" / "))
+        })
+    });
+    let weft = Cmd::me(&args!["threadlimit", "--limit", 10]).and_then(|c| runner::run_json(&c)).map(|v| {
+        ctx.raw.push(json!({"experiment": "cost", "case": {"what": "threadlimit"}, "peer": "weft", "figures": v}));
+        format!(
+            "{} of {} calls ran, {} got `Err(\"{}\")`; the program goes on",
+            v["ok"],
+            v["calls"],
+            v["failed"],
+            v["error"].as_str().unwrap_or("none")
+        )
+    });
+    let show = |r: Result<String, String>| r.unwrap_or_else(|e| format!("skipped: {e}"));
+    vec![
+        vec!["Go `debug.SetMaxThreads(10)`".into(), show(go)],
+        vec!["weft `max_threads(10)`".into(), show(weft)],
+    ]
+}
