@@ -19,6 +19,16 @@ fn example() -> std::path::PathBuf {
         .join("examples/graceful_echo")
 }
 
+/// The server process, killed if the test fails before it exits on its own.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn sigterm_with_1000_requests_in_flight_loses_none() {
     let path = example();
@@ -26,11 +36,14 @@ fn sigterm_with_1000_requests_in_flight_loses_none() {
         eprintln!("skipped: {} is not built", path.display());
         return;
     }
-    let mut child = Command::new(&path)
-        .arg("127.0.0.1:0")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = KillOnDrop(
+        Command::new(&path)
+            .arg("127.0.0.1:0")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let child = &mut child.0;
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();
     stderr.read_line(&mut line).unwrap();
