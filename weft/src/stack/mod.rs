@@ -57,7 +57,7 @@
 //! drops the pages below the task's stack pointer; *compaction* copies the live bytes into an
 //! exact-size heap buffer and releases the whole slot, guard marker included, so that whole
 //! 2 MiB windows of parked slots also give back their page-table page. Measured here
-//! (`bench/src/bin/stack_settle.rs`): a million idle tasks settle from 4,850 to 732 B each
+//! (`examples/million.rs --settle-ms`, `weft-bench probe`): a million idle tasks settle from 4,850 to 732 B each
 //! (RSS + page tables), and as low once they had used 8 or 64 KiB of stack. Compaction is
 //! sound only where the kernel holds *every* access to a released page until it is filled
 //! again — other threads may write into a parked task's locals, weft's own channel waiters
