@@ -249,33 +249,29 @@ fn rendezvous_send_to_a_compacted_receiver_arrives() {
     if !compaction_available() {
         return;
     }
-    let got = rt.block_on(|| {
-        let (tx, rx) = weft::chan::bounded::<[u64; 4]>(0);
-        let local_addr = Arc::new(AtomicUsize::new(0));
-        let published = local_addr.clone();
-        let receiver = weft::spawn(move || {
-            let marker = [7u64; 4];
-            published.store(&marker as *const _ as usize, Ordering::Release);
-            // The waiter this receive leaves on our stack is what the sender writes into.
-            let value = rx.recv().unwrap();
-            assert_eq!(black_box(marker), [7; 4]);
-            value
-        });
-        let addr = loop {
-            match local_addr.load(Ordering::Acquire) {
-                0 => weft::time::sleep(Duration::from_millis(1)),
-                addr => break addr,
-            }
-        };
-        // From a plain thread, so the send's writes into the waiter fault if compacted.
-        std::thread::spawn(move || {
-            wait_released(addr);
-            tx.send([1, 2, 3, 4]).unwrap();
-        })
-        .join()
-        .unwrap();
-        receiver.join().unwrap()
+    let (tx, rx) = weft::chan::bounded::<[u64; 4]>(0);
+    let local_addr = Arc::new(AtomicUsize::new(0));
+    let published = local_addr.clone();
+    let receiver = rt.spawn(move || {
+        let marker = [7u64; 4];
+        published.store(&marker as *const _ as usize, Ordering::Release);
+        // The waiter this receive leaves on our stack is what the sender writes into.
+        let value = rx.recv().unwrap();
+        assert_eq!(black_box(marker), [7; 4]);
+        value
     });
+    // The sender is this plain thread, so the send's writes into the waiter fault if the
+    // receiver is compacted. (Not a task that blocks on a std join: a worker blocked in a
+    // futex never compacts the tasks parked on it, and this test would wait forever.)
+    let addr = loop {
+        match local_addr.load(Ordering::Acquire) {
+            0 => std::thread::sleep(Duration::from_millis(1)),
+            addr => break addr,
+        }
+    };
+    wait_released(addr);
+    tx.send([1, 2, 3, 4]).unwrap();
+    let got = receiver.join().unwrap();
     assert_eq!(got, [1, 2, 3, 4]);
     done.store(true, Ordering::Relaxed);
 }
