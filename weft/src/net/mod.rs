@@ -164,6 +164,33 @@ impl<T: AsFd> Source<T> {
         }
     }
 
+    /// Waits until a stream read would not block — data, the peer's close or an error is
+    /// waiting — holding no buffer. With the `drained` hint set (the last read emptied the
+    /// queue) a task waits for the next event without a syscall, as [`Source::do_read`] would;
+    /// otherwise one byte is peeked (`MSG_PEEK`: nothing is consumed). A wake that turns out
+    /// spurious only makes the next read wait again, with its buffer.
+    pub(crate) fn wait_readable(&self, timeout: Option<Duration>) -> io::Result<()> {
+        let dir = Direction::Read;
+        let mut deadline: Option<Instant> = None;
+        loop {
+            self.closing.check()?;
+            let seen = self.readiness.seq(dir);
+            if !(self.readiness.is_drained(dir, seen) && reactor::in_task()) {
+                match sys::peek_byte(self.io.as_fd()) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    result => return result,
+                }
+            }
+            if deadline.is_none() {
+                deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+            }
+            self.wait(dir, seen, deadline, ParkReason::SocketRead)?;
+            // `close` wakes waiters (and its shutdown makes the socket readable): say so.
+            return self.closing.check();
+        }
+    }
+
     /// Closes the socket for every user of this handle (net/close.rs): operations fail with
     /// [`Closed`] from now on, and those waiting — parked tasks, plain threads in `poll(2)` —
     /// wake and fail with it. The descriptor stays open until the handle drops (invariant 2

@@ -180,8 +180,6 @@ pub(crate) fn take_connect_result(stream: &std::net::TcpStream) -> io::Result<()
     }
 }
 
-/// Blocks the calling OS thread until `fd` is ready in `dir` or `deadline` passes
-/// (`TimedOut`): the plain-thread half of `Source::do_io`.
 /// `shutdown(fd, SHUT_RDWR)` on any socket, a listener included (std has it for streams only):
 /// wakes every thread blocked in `poll(2)` or `accept` on it (net/close.rs).
 pub(crate) fn shutdown_both(fd: BorrowedFd<'_>) -> io::Result<()> {
@@ -189,6 +187,29 @@ pub(crate) fn shutdown_both(fd: BorrowedFd<'_>) -> io::Result<()> {
     cvt(unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_RDWR) }).map(drop)
 }
 
+/// Whether a byte (or the peer's close) waits on the stream socket `fd`, without taking it
+/// and without blocking: `Ok` when a read would return at once, `WouldBlock` when not, the
+/// socket's pending error otherwise.
+pub(crate) fn peek_byte(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let mut byte = 0u8;
+    // SAFETY: one byte of a local, writable for the whole call.
+    let n = unsafe {
+        libc::recv(
+            fd.as_raw_fd(),
+            (&mut byte as *mut u8).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Blocks the calling OS thread until `fd` is ready in `dir` or `deadline` passes
+/// (`TimedOut`): the plain-thread half of `Source::do_io`.
 pub(crate) fn poll_fd(fd: RawFd, dir: Direction, deadline: Option<Instant>) -> io::Result<()> {
     let events = match dir {
         Direction::Read => libc::POLLIN,

@@ -391,6 +391,36 @@ impl TcpStream {
         Ok(n)
     }
 
+    /// Waits until a read would return without blocking — data has arrived, the peer closed
+    /// its side, or the connection failed — and takes nothing from the socket; like tokio's
+    /// `TcpStream::readable`. A connection task that waits here instead of in `read` holds
+    /// no buffer while the connection is idle, so it can take one only when there is
+    /// something to read: with compacted stacks an idle connection then costs its live stack
+    /// bytes, its task and its socket, not a buffer page (see `examples/echo.rs`). Honours
+    /// the read timeout (`TimedOut`). A wake may be spurious: the read that follows can still
+    /// wait, as `read` does.
+    ///
+    /// ```no_run
+    /// # use std::io::Write;
+    /// # fn demo(mut stream: weft::net::TcpStream) -> std::io::Result<()> {
+    /// loop {
+    ///     stream.readable()?;
+    ///     let mut buf = Vec::with_capacity(16 * 1024); // taken only once data is waiting
+    ///     if stream.read_buf(&mut buf)? == 0 {
+    ///         return Ok(()); // the peer closed
+    ///     }
+    ///     stream.write_all(&buf)?;
+    /// }
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// The socket's pending error (as `read` would return it), [`Closed`](crate::net::Closed)
+    /// after [`TcpStream::close`], or `TimedOut`.
+    pub fn readable(&self) -> io::Result<()> {
+        self.source.wait_readable(self.read_timeout.get())
+    }
+
     /// Reads without removing the data from the queue.
     ///
     /// # Errors
