@@ -84,6 +84,9 @@ pub(crate) mod join;
 pub mod metrics;
 #[cfg(not(loom))]
 pub mod net;
+#[cfg(loom)]
+#[path = "stack/page_count.rs"]
+pub(crate) mod page_count;
 #[cfg(not(loom))]
 pub mod park;
 #[cfg(loom)]

@@ -359,6 +359,11 @@ impl Readiness {
             unsafe { lists.serve(self, fd, d, home, &mut retired)? };
             let token = lists.next_token;
             lists.next_token += 1;
+            // Room for one waiter at first, not Vec's four: a socket seldom has more, and
+            // an idle connection keeps the list's memory for life.
+            if lists.waiters[d].capacity() == 0 {
+                lists.waiters[d].reserve_exact(1);
+            }
             lists.waiters[d].push(Entry {
                 token,
                 worker: Arc::as_ptr(home) as usize,

@@ -1,5 +1,6 @@
 //! Giving a parked task's stack memory back: *reclaim* (the pages below its stack pointer)
-//! and *compaction* (its live bytes copied to the heap, every page of its slot released).
+//! and *compaction* (its live bytes copied to an image, `image.rs`, every page of its slot
+//! released).
 //!
 //! Owns: the per-slot table of compacted images (one pointer per slot, kept next to each
 //! region in `region.rs`), the slot locks, the calibrated switch margin, the process's
@@ -10,7 +11,7 @@
 //!   ┌──────┬────────────┬──────┐  ┌──────┬────────┬──────┐  ┌──────────────────────┐
 //!   │guard │ dead pages │ live │  │guard │ (none) │ live │  │ no page, no marker   │
 //!   └──────┴────────────┴──────┘  └──────┴────────┴──────┘  └──────────────────────┘
-//!                      ^ sp - margin                   heap: [len][live bytes] ──┘
+//!                      ^ sp - margin                   image: [len][live bytes] ─┘
 //! ```
 //!
 //! # The contract
@@ -81,7 +82,7 @@
 //! plain stores before it returns from `fork` (it costs a page fault per compacted task).
 //! The child then runs without compaction.
 //!
-//! May call: `uffd.rs`, `region.rs`, libc. Called by: `sched` (worker hooks), `task`.
+//! May call: `uffd.rs`, `region.rs`, `image.rs`, libc. Called by: `sched` (worker hooks), `task`.
 //!
 //! Why not the alternatives, measured here: guard markers with a SIGSEGV handler are not
 //! atomic (a third thread can fault in a zero page between the marker's removal and the copy)
@@ -560,39 +561,9 @@ extern "C" fn fork_child() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Images: one allocation per compacted task, `[len: usize][len live bytes]`.
+// Images: one per compacted task, in `image.rs`.
 
-fn image_layout(len: usize) -> Layout {
-    Layout::from_size_align(8 + len, 8).expect("stack image size")
-}
-
-fn image_alloc(len: usize) -> *mut u8 {
-    // SAFETY: the layout is non-zero in size.
-    let image = unsafe { alloc::alloc(image_layout(len)) };
-    if image.is_null() {
-        alloc::handle_alloc_error(image_layout(len));
-    }
-    // SAFETY: the allocation holds at least 8 bytes, aligned to 8.
-    unsafe { (image as *mut usize).write(len) };
-    image
-}
-
-/// # Safety
-/// `image` must come from [`image_alloc`] and not have been freed.
-unsafe fn image_parts(image: *mut u8) -> (usize, *mut u8) {
-    // SAFETY: the caller's contract; the length is the first word.
-    unsafe { ((image as *const usize).read(), image.add(8)) }
-}
-
-/// # Safety
-/// As [`image_parts`]; the image is not used afterwards.
-unsafe fn image_free(image: *mut u8) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        let (len, _) = image_parts(image);
-        alloc::dealloc(image, image_layout(len));
-    }
-}
+use super::image::{alloc as image_alloc, free as image_free, parts as image_parts};
 
 // ---------------------------------------------------------------------------------------
 // Restoring (invariant 4).
@@ -753,6 +724,7 @@ pub(crate) fn serve_fault(addr: usize, write_protected: bool, scratch: &mut Scra
     if !image.is_null() {
         // SAFETY: unpublished by `restore_locked`.
         unsafe { image_free(image) };
+        super::image::release_emptied();
     }
 }
 
@@ -1152,18 +1124,5 @@ mod tests {
         // The switch pushes three words below the recorded pointer at least.
         assert!((24..=MAX_MARGIN).contains(&margin), "margin {margin}");
         assert_eq!(margin % 16, 0);
-    }
-
-    #[test]
-    fn images_hold_their_length_and_bytes() {
-        let image = image_alloc(100);
-        // SAFETY: just allocated, 100 bytes after the length word.
-        unsafe {
-            let (len, bytes) = image_parts(image);
-            assert_eq!(len, 100);
-            std::ptr::write_bytes(bytes, 9, len);
-            assert_eq!(*bytes.add(99), 9);
-            image_free(image);
-        }
     }
 }

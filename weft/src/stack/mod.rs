@@ -2,7 +2,7 @@
 //!
 //! Owns: the size classes, the process-wide pool of slots of each class (warm, cold, and the
 //! batch waiting to be released), the stack-overflow handler (`overflow.rs`), and the
-//! shrinking of parked tasks' stacks (`compact.rs`, on `uffd.rs`).
+//! shrinking of parked tasks' stacks (`compact.rs`, on `uffd.rs`, images in `image.rs`).
 //!
 //! ```text
 //!   one region (mmap, MAP_NORESERVE, 32 GiB) per size class, carved into slots:
@@ -55,8 +55,8 @@
 //! A parked task needs only its live frames: a few hundred bytes at the top of its slot. Its
 //! worker gives the rest back in steps between tasks, as [`StackPolicy`] says: *reclaim*
 //! drops the pages below the task's stack pointer; *compaction* copies the live bytes into an
-//! exact-size heap buffer and releases the whole slot, guard marker included, so that whole
-//! 2 MiB windows of parked slots also give back their page-table page. Measured here
+//! exact-size image (`image.rs`) and releases the whole slot, guard marker included, so that
+//! whole 2 MiB windows of parked slots also give back their page-table page. Measured here
 //! (`examples/million.rs --settle-ms`, `weft-bench probe`): a million idle tasks settle from 4,850 to 732 B each
 //! (RSS + page tables), and as low once they had used 8 or 64 KiB of stack. Compaction is
 //! sound only where the kernel holds *every* access to a released page until it is filled
@@ -70,7 +70,9 @@
 //! thread across a park. What may not: a borrow of another task's stack.
 
 mod compact;
+mod image;
 mod overflow;
+mod page_count;
 mod region;
 mod uffd;
 
@@ -447,6 +449,8 @@ impl SlotPool {
 /// A step of giving back the warm slots of a past burst, for a worker about to sleep: returns
 /// how long it may sleep before the next step, or `None` when nothing is left to give back.
 pub(crate) fn trim_idle() -> Option<Duration> {
+    // Pages of compacted stacks' images that restores emptied (image.rs).
+    image::release_emptied();
     let pools = POOLS.get()?;
     pools
         .iter()

@@ -346,19 +346,8 @@ pub(crate) fn release_resident(ranges: &[(usize, usize)]) -> usize {
     let mut batch: Vec<(usize, usize)> = Vec::with_capacity(ranges.len().min(MADVISE_BATCH));
     let mut vec = Vec::new();
     let flush = |batch: &mut Vec<(usize, usize)>| {
-        if batch.is_empty() {
-            return;
-        }
-        let done = self_pidfd().is_some_and(|pidfd| {
-            // SAFETY: dead stack pages (compact.rs invariant 1).
-            unsafe { process_madvise_ranges(pidfd, batch, libc::MADV_DONTNEED) }.is_ok()
-        });
-        if !done {
-            for &(start, len) in batch.iter() {
-                // SAFETY: as above.
-                unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_DONTNEED) };
-            }
-        }
+        // SAFETY: dead stack pages (compact.rs invariant 1).
+        unsafe { release_ranges(batch) };
         batch.clear();
     };
     for &(start, len) in ranges {
@@ -379,6 +368,26 @@ pub(crate) fn release_resident(ranges: &[(usize, usize)]) -> usize {
     }
     flush(&mut batch);
     released
+}
+
+/// Releases every range `(start, len)` with `MADV_DONTNEED`, [`MADVISE_BATCH`] ranges per
+/// `process_madvise` call (one `madvise` each where that fails).
+///
+/// # Safety
+/// Nothing live is in the ranges: they read as zeros afterwards.
+pub(crate) unsafe fn release_ranges(ranges: &[(usize, usize)]) {
+    for batch in ranges.chunks(MADVISE_BATCH) {
+        let done = self_pidfd().is_some_and(|pidfd| {
+            // SAFETY: the caller's contract.
+            unsafe { process_madvise_ranges(pidfd, batch, libc::MADV_DONTNEED) }.is_ok()
+        });
+        if !done {
+            for &(start, len) in batch {
+                // SAFETY: as above.
+                unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_DONTNEED) };
+            }
+        }
+    }
 }
 
 /// One `process_madvise(2)` call over at most [`MADVISE_BATCH`] ranges.

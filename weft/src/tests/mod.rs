@@ -6,6 +6,8 @@ mod loom_chan;
 #[cfg(loom)]
 mod loom_idle;
 #[cfg(loom)]
+mod loom_image;
+#[cfg(loom)]
 mod loom_join;
 #[cfg(loom)]
 mod loom_park;

@@ -1,0 +1,368 @@
+//! Memory for the images of compacted stacks (`compact.rs`): packed end to end in runs that
+//! each thread carves from a few large mappings, with a count per page, so that a page goes
+//! back to the kernel as soon as the last image on it has been restored.
+//!
+//! Owns: the image segments and their page counts, the frontier runs are taken from, and
+//! each thread's current run and its list of emptied pages.
+//!
+//! ```text
+//!   segment (64 MiB, MAP_NORESERVE): runs of 64 KiB, one thread carving each
+//!   ┌─────────────── run of thread A ───────────────┬──── run of thread B ────┬───
+//!   │[hdr|image][hdr|image][hdr|  image  ][hdr|im...│[hdr|image][...          │
+//!   └───────────────────────────────────────────────┴─────────────────────────┴───
+//!    page counts:  3       2         2        1+hold  2          1+hold
+//! ```
+//!
+//! Invariants:
+//! 1. A page's count is the number of live images that overlap it, plus one while it is the
+//!    page a thread's run will carve its next image from (the *hold*).
+//! 2. A run is carved front to back only, by its one thread, and is never carved again once
+//!    left: a page behind every cursor gets no new image. So a page whose count falls to zero
+//!    holds nothing live and never will again; exactly one thread — the one whose decrement
+//!    reached zero — releases it.
+//! 3. An image is written by the thread that allocated it before `compact.rs` publishes it
+//!    (its invariant 3d, a Release store) and read by whoever restores it before [`free`];
+//!    the decrement in `free` is AcqRel, so the reads are done before any release of the page.
+//!
+//! May call: `region.rs`, `page_count.rs`, libc. Called by: `compact.rs`.
+//!
+//! Why not the global allocator, measured here (`examples/million.rs`): compacting a million
+//! parked tasks spent ≈13 % of its time growing glibc's per-thread heaps, an `mprotect` per
+//! page under the process's mmap lock, which also stalled the other worker's userfaultfd
+//! ioctls; and an image freed by a restore stayed in malloc's free lists, so an echo server
+//! whose 10,000 connections had all just woken kept ≈800 B per connection of freed images.
+//! Here an allocation is a pointer bump, and memory comes back page by page. The price: a page
+//! is held by its longest-lived image (at worst a page per compacted task, what the task's
+//! stack page cost before compaction).
+
+use std::cell::RefCell;
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::Mutex;
+
+use super::page_count::PageCount;
+use super::region;
+
+/// Bytes of one segment: one mapping, 64 MiB of address space.
+const SEGMENT_BYTES: usize = 64 << 20;
+/// Segments at most (256 GiB of images); an allocation past them aborts like an OOM.
+const MAX_SEGMENTS: usize = 4096;
+/// Bytes of the run a thread carves its images from.
+const RUN_BYTES: usize = 64 << 10;
+/// An image larger than this gets a run of its own, whole pages.
+const LARGE: usize = RUN_BYTES / 4;
+/// Emptied pages a thread collects before it releases them in one call.
+const RELEASE_BATCH: usize = 32;
+/// Bytes before an image's contents: its length and its segment, 4 bytes each.
+const HEADER: usize = 8;
+
+struct Segment {
+    base: usize,
+    counts: Box<[PageCount]>,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const NO_SEGMENT: AtomicPtr<Segment> = AtomicPtr::new(ptr::null_mut());
+/// Segments by index; an entry is set once, before any image in it exists, and never freed.
+static SEGMENTS: [AtomicPtr<Segment>; MAX_SEGMENTS] = [NO_SEGMENT; MAX_SEGMENTS];
+
+/// Where the next run starts: (segment index, offset in it); `None` before the first.
+static FRONTIER: Mutex<Option<(u32, usize)>> = Mutex::new(None);
+
+fn segment(index: u32) -> &'static Segment {
+    let segment = SEGMENTS[index as usize].load(Ordering::Acquire);
+    assert!(!segment.is_null(), "stack image in an unknown segment");
+    // SAFETY: set once to a leaked Box, never freed.
+    unsafe { &*segment }
+}
+
+/// Takes `len` bytes (a multiple of the page size, at most a segment) from the frontier.
+fn take_run(len: usize) -> (u32, usize) {
+    let mut frontier = FRONTIER.lock().unwrap_or_else(|e| e.into_inner());
+    let (index, offset) = match *frontier {
+        Some((index, offset)) if offset + len <= SEGMENT_BYTES => (index, offset),
+        previous => {
+            let index = previous.map_or(0, |(index, _)| index + 1);
+            if index as usize >= MAX_SEGMENTS {
+                eprintln!("weft: fatal error: out of address space for compacted stacks");
+                std::process::abort();
+            }
+            let Some(base) = region::map_anonymous(SEGMENT_BYTES) else {
+                eprintln!("weft: fatal error: cannot map memory for compacted stacks");
+                std::process::abort();
+            };
+            let pages = SEGMENT_BYTES / region::page_size();
+            let segment = Box::new(Segment {
+                base: base as usize,
+                counts: (0..pages).map(|_| PageCount::default()).collect(),
+            });
+            SEGMENTS[index as usize].store(Box::into_raw(segment), Ordering::Release);
+            (index, 0)
+        }
+    };
+    *frontier = Some((index, offset + len));
+    (index, segment(index).base + offset)
+}
+
+/// This thread's run and its emptied pages.
+struct Cursor {
+    segment: u32,
+    at: usize,
+    end: usize,
+    /// The held page (invariant 1), 0 for none.
+    held: usize,
+    emptied: Vec<(usize, usize)>,
+}
+
+impl Drop for Cursor {
+    fn drop(&mut self) {
+        if self.held != 0 {
+            let (segment, held) = (self.segment, self.held);
+            self.held = 0;
+            unhold(segment, held, &mut self.emptied);
+        }
+        release(&mut self.emptied);
+    }
+}
+
+thread_local! {
+    static CURSOR: RefCell<Cursor> = const {
+        RefCell::new(Cursor { segment: 0, at: 0, end: 0, held: 0, emptied: Vec::new() })
+    };
+}
+
+fn count(segment: &Segment, page_addr: usize) -> &PageCount {
+    &segment.counts[(page_addr - segment.base) / region::page_size()]
+}
+
+/// The pages `[start, end)` overlaps, by address.
+fn pages(start: usize, end: usize) -> impl Iterator<Item = usize> {
+    let page = region::page_size();
+    (start / page * page..end).step_by(page)
+}
+
+/// One count less for each page of `[start, end)`; pages that reach zero go to `emptied`.
+fn put(index: u32, start: usize, end: usize, emptied: &mut Vec<(usize, usize)>) {
+    let segment = segment(index);
+    let page = region::page_size();
+    for at in pages(start, end) {
+        // The reads of whoever freed before us are done before the release (3).
+        if count(segment, at).put() {
+            match emptied.last_mut() {
+                Some((start, len)) if *start + *len == at => *len += page,
+                _ => emptied.push((at, page)),
+            }
+        }
+    }
+    if emptied.len() >= RELEASE_BATCH {
+        release(emptied);
+    }
+}
+
+fn unhold(index: u32, page_addr: usize, emptied: &mut Vec<(usize, usize)>) {
+    put(index, page_addr, page_addr + 1, emptied);
+}
+
+fn release(emptied: &mut Vec<(usize, usize)>) {
+    if !emptied.is_empty() {
+        // SAFETY: every page's count reached zero: nothing live is there or will be (2).
+        unsafe { region::release_ranges(emptied) };
+        emptied.clear();
+    }
+}
+
+/// Memory for an image of `len` bytes: returns the image, whose contents start
+/// [`HEADER`] bytes in (see [`parts`]).
+pub(crate) fn alloc(len: usize) -> *mut u8 {
+    let need = (HEADER + len).next_multiple_of(8);
+    let page = region::page_size();
+    let (index, at) = if need > LARGE {
+        // A run of its own: one count on each of its pages, no hold.
+        let run = need.next_multiple_of(page);
+        let (index, start) = take_run(run);
+        let segment = segment(index);
+        for at in pages(start, start + need) {
+            count(segment, at).take();
+        }
+        (index, start)
+    } else {
+        CURSOR.with(|cursor| carve(&mut cursor.borrow_mut(), need))
+    };
+    let image = at as *mut u8;
+    // SAFETY: `[at, at + need)` is ours alone (invariant 2), in a mapped segment, 8-aligned.
+    unsafe {
+        (image as *mut u32).write(u32::try_from(len).expect("stack image size"));
+        (image.add(4) as *mut u32).write(index);
+    }
+    image
+}
+
+/// Carves `need` bytes from this thread's run, taking a new run when it is full.
+fn carve(cursor: &mut Cursor, need: usize) -> (u32, usize) {
+    if cursor.at + need > cursor.end {
+        if cursor.held != 0 {
+            let (segment, held) = (cursor.segment, cursor.held);
+            cursor.held = 0;
+            unhold(segment, held, &mut cursor.emptied);
+        }
+        let (index, start) = take_run(RUN_BYTES);
+        cursor.segment = index;
+        cursor.at = start;
+        cursor.end = start + RUN_BYTES;
+        count(segment(index), start).take();
+        cursor.held = start;
+    }
+    let segment = segment(cursor.segment);
+    let start = cursor.at;
+    let end = start + need;
+    for at in pages(start, end) {
+        count(segment, at).take();
+    }
+    cursor.at = end;
+    let page = region::page_size();
+    let next = if end < cursor.end {
+        end / page * page
+    } else {
+        0
+    };
+    if next != cursor.held {
+        // The image just carved overlaps the old held page, so letting go of the hold never
+        // empties it here.
+        if next != 0 {
+            count(segment, next).take();
+        }
+        let old = cursor.held;
+        cursor.held = next;
+        if old != 0 {
+            let emptied = count(segment, old).put();
+            debug_assert!(!emptied, "a hold let go of under the image just carved");
+        }
+    }
+    (cursor.segment, start)
+}
+
+/// The length and contents of an image.
+///
+/// # Safety
+/// `image` came from [`alloc`] and has not been freed.
+pub(crate) unsafe fn parts(image: *mut u8) -> (usize, *mut u8) {
+    // SAFETY: the caller's contract; the header is the first 8 bytes.
+    unsafe { ((image as *const u32).read() as usize, image.add(HEADER)) }
+}
+
+/// Frees an image; a page left without images goes back to the kernel (in batches).
+///
+/// # Safety
+/// As [`parts`]; the image is not used afterwards.
+pub(crate) unsafe fn free(image: *mut u8) {
+    // SAFETY: the caller's contract.
+    let (len, index) = unsafe {
+        (
+            (image as *const u32).read() as usize,
+            (image.add(4) as *const u32).read(),
+        )
+    };
+    let start = image as usize;
+    let end = start + (HEADER + len).next_multiple_of(8);
+    let freed = CURSOR.try_with(|cursor| {
+        let mut cursor = cursor.borrow_mut();
+        put(index, start, end, &mut cursor.emptied);
+    });
+    if freed.is_err() {
+        // This thread's cursor is gone (it is exiting): release at once.
+        let mut emptied = Vec::new();
+        put(index, start, end, &mut emptied);
+        release(&mut emptied);
+    }
+}
+
+/// Releases the pages this thread emptied and has not released yet: a worker going idle.
+pub(crate) fn release_emptied() {
+    let _ = CURSOR.try_with(|cursor| {
+        if let Ok(mut cursor) = cursor.try_borrow_mut() {
+            release(&mut cursor.emptied);
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resident(addr: usize) -> bool {
+        let page = region::page_size();
+        let mut v = 0u8;
+        // SAFETY: mincore reads page tables only; the page is in a segment of ours.
+        let rc = unsafe { libc::mincore((addr / page * page) as *mut libc::c_void, 1, &mut v) };
+        assert_eq!(rc, 0);
+        v & 1 != 0
+    }
+
+    #[test]
+    fn images_hold_their_length_and_bytes_and_do_not_overlap() {
+        let sizes = [1usize, 7, 100, 736, 4090, 5000, LARGE + 1, 40 << 10];
+        let images: Vec<*mut u8> = sizes.iter().map(|&n| alloc(n)).collect();
+        for (i, (&image, &n)) in images.iter().zip(&sizes).enumerate() {
+            // SAFETY: just allocated, `n` bytes of contents.
+            unsafe {
+                let (len, bytes) = parts(image);
+                assert_eq!(len, n);
+                assert_eq!(bytes as usize % 8, 0);
+                std::ptr::write_bytes(bytes, i as u8 + 1, n);
+            }
+        }
+        for (i, (&image, &n)) in images.iter().zip(&sizes).enumerate() {
+            // SAFETY: as above; each image still holds what was written into it.
+            unsafe {
+                let (_, bytes) = parts(image);
+                let all = std::slice::from_raw_parts(bytes, n);
+                assert!(
+                    all.iter().all(|&b| b == i as u8 + 1),
+                    "image {i} overwritten"
+                );
+                free(image);
+            }
+        }
+    }
+
+    #[test]
+    fn a_page_goes_back_once_its_last_image_is_freed() {
+        // On a thread of its own, so that its run and counts are this test's alone.
+        std::thread::spawn(|| {
+            let page = region::page_size();
+            // Fill past a page so that the first page is no longer held.
+            let mut images = Vec::new();
+            while images.len() < 3
+                || images[0] as usize / page == images[images.len() - 1] as usize / page
+            {
+                let image = alloc(700);
+                // SAFETY: just allocated.
+                unsafe { std::ptr::write_bytes(parts(image).1, 0xab, 700) };
+                images.push(image);
+            }
+            let first_page = images[0] as usize / page * page;
+            let on_first: Vec<*mut u8> = images
+                .iter()
+                .copied()
+                .filter(|&i| i as usize / page * page == first_page)
+                .collect();
+            let (last, rest) = on_first.split_last().unwrap();
+            for &image in rest {
+                // SAFETY: allocated above, freed once.
+                unsafe { free(image) };
+                release_emptied();
+                assert!(resident(first_page), "released with images still on it");
+            }
+            // SAFETY: as above. The page is no longer held: the cursor is past it.
+            unsafe { free(*last) };
+            release_emptied();
+            assert!(!resident(first_page), "the emptied page stayed");
+            for image in images.into_iter().filter(|i| !on_first.contains(i)) {
+                // SAFETY: as above.
+                unsafe { free(image) };
+            }
+        })
+        .join()
+        .unwrap();
+    }
+}
