@@ -3,7 +3,8 @@
 #   1. installs the Go toolchain the comparison tests use (tests that need it print
 #      "skipped: <reason>" when it cannot be had);
 #   2. every crate's unit, integration and doc tests;
-#   3. the `interpose` feature's tests (weft/tests/interpose_*.rs);
+#   3. the `interpose` feature's tests (weft/tests/interpose_*.rs) and the `log` feature's
+#      (weft/tests/monitor_log.rs);
 #   4. the loom model checks of weft's lock-free protocols (src/tests/loom_*.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,9 @@ cargo test --workspace
 # binaries: the feature replaces libc functions for the whole process.
 cargo test -p weft --features interpose --test interpose_sleep --test interpose_net \
   --test interpose_ureq --test interpose_redis
+
+# The monitor's reports through the `log` crate (weft feature `log`, off by default).
+cargo test -p weft --features log --test monitor_log
 
 LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test -p weft --lib --release loom

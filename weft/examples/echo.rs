@@ -5,16 +5,26 @@
 //! ```
 //!
 //! Each connection gets a task and TCP_NODELAY, and a 16 KiB buffer for each message; it
-//! echoes until the peer closes or the connection fails. When `accept` fails for lack of descriptors (EMFILE,
-//! ENFILE) or memory, the accept loop backs off (5 ms doubling to 1 s, like Go's
-//! `http.Server`) and keeps serving the connections it has.
+//! echoes until the peer closes or the connection fails. When `accept` fails for lack of
+//! descriptors (EMFILE, ENFILE) or memory, the accept loop backs off (5 ms doubling to 1 s,
+//! like Go's `http.Server`) and keeps serving the connections it has.
+//!
+//! On SIGINT or SIGTERM it stops accepting (the accept loop is bound to a [`Context`] that
+//! the signal cancels), gives the open connections [`GRACE`] to finish
+//! (`Runtime::shutdown_timeout`), cancels those still open then, and exits 0 with one line on
+//! stderr. A connection is not bound to the context: its request in flight is answered.
 
 use std::io::{self, Write};
 use std::time::Duration;
 
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+use weft::context::Context;
 use weft::net::{TcpListener, TcpStream};
 
 const BUFFER: usize = 16 * 1024;
+/// How long the open connections get to finish after SIGINT or SIGTERM.
+const GRACE: Duration = Duration::from_secs(5);
 
 fn main() {
     let addr = std::env::args()
@@ -23,8 +33,13 @@ fn main() {
     run(&addr);
 }
 
-/// Serves `addr` forever (also the entry point of the EMFILE test, tests/net_faults.rs).
+/// Serves `addr` until SIGINT or SIGTERM, then shuts down gracefully (module doc); also the
+/// entry point of the EMFILE test (tests/net_faults.rs) and the SIGTERM test
+/// (tests/graceful_sigterm.rs).
 pub fn run(addr: &str) {
+    // From here on SIGINT and SIGTERM no longer end the process: they queue for `signals`.
+    let mut signals = Signals::new([SIGINT, SIGTERM])
+        .unwrap_or_else(|e| fail(&format!("cannot handle SIGINT and SIGTERM: {e}")));
     // A server holds one descriptor per connection: soft RLIMIT_NOFILE up to the hard one.
     let _ = weft::net::raise_fd_limit();
     // Small stacks: a connection task needs little, and page tables cost slot_size / 512.
@@ -32,8 +47,16 @@ pub fn run(addr: &str) {
         .stack_size(32 * 1024)
         .build()
         .unwrap_or_else(|e| fail(&format!("cannot start the runtime: {e}")));
+    let stop = Context::new();
+    let accepting = stop.clone();
     let addr = addr.to_string();
-    runtime.block_on(move || serve(&addr));
+    // Cancelling `stop` unwinds the parked `accept` (or backoff sleep) out of `serve`.
+    let server = runtime.spawn(move || accepting.bind(|| serve(&addr)));
+    signals.forever().next();
+    stop.cancel();
+    let _ = server.join();
+    let clean = runtime.shutdown_timeout(GRACE);
+    eprintln!("echo: stopped; every connection finished in time: {clean}");
 }
 
 fn serve(addr: &str) {

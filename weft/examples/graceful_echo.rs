@@ -30,9 +30,9 @@ fn main() -> std::io::Result<()> {
         })
     });
     signals.forever().next(); // the first SIGINT or SIGTERM: stop accepting
-    stop.cancel();
-    assert!(server.join().unwrap().is_err()); // Err(ContextError::Cancelled)
-                                              // Connections get 5 s to finish; then the rest are cancelled (destructors run).
+    stop.cancel(); // the accept loop ends with Err(ContextError::Cancelled)
+    assert!(server.join().unwrap().is_err());
+    // Connections get 5 s to finish; then the rest are cancelled (destructors run).
     let clean = rt.shutdown_timeout(std::time::Duration::from_secs(5));
     eprintln!("stopped; every connection finished in time: {clean}");
     Ok(())

@@ -12,28 +12,61 @@
 //! closes the connection. Connections stay open between requests (HTTP/1.1 keep-alive)
 //! unless the client sends `Connection: close`. `tests/interpose_ureq.rs` runs [`serve`] in
 //! the same runtime as its `ureq` clients.
+//!
+//! On SIGINT or SIGTERM it stops accepting (the accept loop is bound to a [`Context`] that
+//! the signal cancels), answers the requests in flight, each with `Connection: close` (as
+//! Go's `Server.Shutdown` turns keep-alive off), gives the open connections [`GRACE`] to
+//! finish (`Runtime::shutdown_timeout`), cancels those still open then (idle keep-alive
+//! ones wait that long), and exits 0 with one line on stderr.
 
 use std::io::{self, Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+use weft::context::Context;
 use weft::net::{TcpListener, TcpStream};
 
 /// The largest request head accepted.
 const MAX_HEAD: usize = 16 * 1024;
 /// The deepest `/deep` accepted, in KiB.
 pub const MAX_DEEP_KB: usize = 200;
+/// How long the open connections get to finish after SIGINT or SIGTERM.
+const GRACE: Duration = Duration::from_secs(5);
+
+/// Set at SIGINT or SIGTERM: every response from then on closes its connection.
+static DRAINING: AtomicBool = AtomicBool::new(false);
 
 #[allow(dead_code)] // used as a module by tests/interpose_ureq.rs, where `main` is unused
 fn main() {
     let addr = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "127.0.0.1:8080".to_string());
-    weft::run(move || {
-        let listener = TcpListener::bind(&addr).unwrap_or_else(|e| {
-            eprintln!("http: cannot listen on {addr}: {e}");
-            std::process::exit(1)
-        });
-        serve(listener);
-    });
+    let runtime = weft::Runtime::new().unwrap_or_else(|e| fail(&format!("cannot start: {e}")));
+    // Before the listener exists, so that a signal sent once it listens is caught.
+    let mut signals = Signals::new([SIGINT, SIGTERM])
+        .unwrap_or_else(|e| fail(&format!("cannot catch SIGINT and SIGTERM: {e}")));
+    let listener =
+        TcpListener::bind(&addr).unwrap_or_else(|e| fail(&format!("cannot listen on {addr}: {e}")));
+    let local = listener.local_addr().expect("listener address");
+    println!("http: listening on {local}");
+    let _ = io::stdout().flush();
+    let stop = Context::new();
+    let accepting = stop.clone();
+    // Cancelling `stop` unwinds the parked `accept` out of `serve`.
+    let server = runtime.spawn(move || accepting.bind(|| serve(listener)));
+    signals.forever().next();
+    DRAINING.store(true, Ordering::Relaxed);
+    stop.cancel();
+    let _ = server.join();
+    let clean = runtime.shutdown_timeout(GRACE);
+    eprintln!("http: stopped; every connection finished in time: {clean}");
+}
+
+fn fail(message: &str) -> ! {
+    eprintln!("http: {message}");
+    std::process::exit(1);
 }
 
 /// Accepts connections forever, one task each.
@@ -63,7 +96,7 @@ fn connection(stream: TcpStream) -> io::Result<()> {
         let parsed = request.parse(&buf[..filled]);
         match parsed {
             Ok(httparse::Status::Complete(head)) => {
-                let close = wants_close(&request);
+                let close = wants_close(&request) || DRAINING.load(Ordering::Relaxed);
                 let (status, body) = route(request.method, request.path);
                 let body_len = content_length(&request);
                 respond(&mut out, status, &body, close);

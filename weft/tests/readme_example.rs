@@ -13,4 +13,10 @@ fn the_readme_shows_the_graceful_echo_example_as_it_compiles() {
         example.lines().count() < 40,
         "the example grew past 40 lines"
     );
+    // rustfmt aligns a comment line under the trailing comment of the line above it.
+    let misplaced = example.lines().find(|line| {
+        let code = line.trim_start();
+        code.starts_with("//") && line.len() - code.len() > 16
+    });
+    assert_eq!(misplaced, None, "a comment line indented past its code");
 }

@@ -15,8 +15,9 @@
 //!    cannot flood the log): a [`MonitorReport`] naming the task's id, name and spawn site and
 //!    saying what the worker is doing, read from the kernel (`/proc/self/task/TID/syscall`):
 //!    computing, blocked in a named system call, or waiting on a futex. The report goes to the
-//!    runtime's hook ([`crate::RuntimeBuilder::monitor_report`]), by default stderr; a hook
-//!    that drops it changes nothing in step 1.
+//!    runtime's hook ([`crate::RuntimeBuilder::monitor_report`]), by default stderr (with
+//!    the `log` feature and a logger installed, `log::warn!` with target `weft::monitor`); a
+//!    hook that drops it changes nothing in step 1.
 //!
 //! # Idle
 //! With every worker asleep there is nothing to watch, and ticking every 5 ms cost ≈4 ms of CPU
@@ -139,8 +140,22 @@ impl std::fmt::Display for MonitorReport {
     }
 }
 
-/// The default hook: the report on stderr.
-pub(crate) fn print_report(report: &MonitorReport) {
+/// The target of the monitor's `log` records (feature `log`).
+#[cfg(feature = "log")]
+const LOG_TARGET: &str = "weft::monitor";
+
+/// The default hook: with the `log` feature and a logger installed, a `warn!` record of
+/// target `weft::monitor` (the logger's filters apply); else the report on stderr.
+///
+/// "A logger installed" is `log::max_level()` above `Off`: it is `Off` until the program
+/// sets it, which every logger's setup does (`env_logger::init`, `simple_logger`), and with
+/// no logger `log` drops every record, which would silence the report.
+pub(crate) fn default_report(report: &MonitorReport) {
+    #[cfg(feature = "log")]
+    if log::max_level() != log::LevelFilter::Off {
+        log::warn!(target: LOG_TARGET, "{report}");
+        return;
+    }
     eprintln!("{report}");
 }
 

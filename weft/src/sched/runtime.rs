@@ -312,9 +312,11 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Where the monitor's reports go: by default each is printed to stderr (its `Display`).
-    /// A hook may log it (e.g. with the `log` crate), count it, or drop it; the monitor moves
-    /// queued tasks off a stuck worker either way. The hook runs on the monitor's thread.
+    /// Where the monitor's reports go: by default each is printed to stderr (its `Display`),
+    /// or, with weft's `log` feature and a logger installed (`log::max_level()` not `Off`),
+    /// logged with `log::warn!` and target `weft::monitor`. A hook may log it otherwise,
+    /// count it, or drop it; the monitor moves queued tasks off a stuck worker either way.
+    /// The hook runs on the monitor's thread.
     pub fn monitor_report(
         mut self,
         hook: impl Fn(&super::monitor::MonitorReport) + Send + Sync + 'static,
@@ -488,7 +490,7 @@ impl RuntimeBuilder {
         if let Some(threshold) = monitor_threshold {
             let report = self
                 .monitor_report
-                .unwrap_or_else(|| Arc::new(super::monitor::print_report));
+                .unwrap_or_else(|| Arc::new(super::monitor::default_report));
             runtime.monitor = Some(Monitor::start(runtime.shared.clone(), threshold, report)?);
             runtime.shared.has_monitor.store(true, Ordering::Relaxed);
         }
