@@ -104,6 +104,8 @@ fn every_subcommand_runs_at_tiny_sizes_and_writes_the_report() {
     for title in [
         "Parked units",
         "Costs:",
+        "spawn + join each handle",
+        "first of the",
         "TCP echo",
         "Stack growth",
         "Raw JSON lines",
