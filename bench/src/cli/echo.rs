@@ -29,7 +29,7 @@ use crate::args;
 use crate::cli::chart::{self, LinePanel, Series};
 use crate::cli::report::{table, Section};
 use crate::cli::runner::{self, go_program, run_json, Cmd, Ctx, Outcome, Program};
-use crate::cli::stats::{cell, num, ratio_cell, Summary};
+use crate::cli::stats::num;
 
 /// A load: connections, rounds, stagger in ms.
 #[derive(Debug, Clone, Copy)]
@@ -282,24 +282,11 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
         let weft = &outs[0];
         for o in outs {
             let mut r = vec![load.label(), o.peer.to_string()];
-            for (i, (key, _)) in COLUMNS.iter().enumerate() {
-                // A program without figures says why once, in its first column.
-                let none = if i == 0 { o.missing() } else { "-".into() };
-                r.push(o.summary(key).map_or(none, |s| cell(Some(s))));
-            }
-            let ratio = |key: &str| {
-                if o.peer == "weft" {
-                    String::new()
-                } else {
-                    ratio_cell(Summary::of_ratios(&weft.field(key), &o.field(key)))
-                }
-            };
+            r.extend(o.cells(COLUMNS.iter().map(|(key, _)| *key)));
+            let ratio = |key: &str| weft.ratio_cell(o, key);
             r.push(ratio("round_trips_per_sec"));
             r.push(ratio("server_cpu_us_per_rt"));
-            let med = |key: &str| {
-                o.summary(key)
-                    .map_or_else(|| o.missing(), |s| num(s.median))
-            };
+            let med = |key: &str| o.median_cell(key);
             short.push(vec![
                 load.label(),
                 o.peer.to_string(),

@@ -108,6 +108,12 @@ pub enum Peer {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// N units sleeping until random deadlines (`sleepers.rs`).
+    Sleepers(crate::cli::sleepers::PeerArgs),
+    /// One fairness scenario on one worker (`fairness.rs`).
+    Fairness(crate::cli::fairness::PeerArgs),
+    /// Wakes of resident or compacted tasks (`wake.rs`).
+    Wake(crate::cli::wake::PeerArgs),
     /// Every request a new task running the growth chain.
     Growth {
         #[arg(long, value_enum)]
@@ -148,6 +154,9 @@ pub fn main(peer: Peer) -> Result<(), String> {
             requests,
             inflight,
         } => growth(runtime, requests.max(1), inflight.max(1)),
+        Peer::Sleepers(a) => crate::cli::sleepers::peer(a)?,
+        Peer::Fairness(a) => crate::cli::fairness::peer(a)?,
+        Peer::Wake(a) => crate::cli::wake::peer(a)?,
     };
     println!("{line}");
     Ok(())

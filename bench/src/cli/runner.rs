@@ -117,6 +117,36 @@ impl Outcome {
         crate::cli::stats::Summary::of(&v)
     }
 
+    /// Table cells for `keys`: each a median with its range; a program without figures says
+    /// why once, in the first of them.
+    pub fn cells<'k>(&self, keys: impl IntoIterator<Item = &'k str>) -> Vec<String> {
+        keys.into_iter()
+            .enumerate()
+            .map(|(i, key)| match self.summary(key) {
+                Some(s) => crate::cli::stats::cell(Some(s)),
+                None if i == 0 => self.missing(),
+                None => "-".into(),
+            })
+            .collect()
+    }
+
+    /// The median of `key` alone, or why there is none.
+    pub fn median_cell(&self, key: &str) -> String {
+        self.summary(key)
+            .map_or_else(|| self.missing(), |s| crate::cli::stats::num(s.median))
+    }
+
+    /// The per-pair ratio `self / base` of `key` for a table; empty for `base` itself.
+    pub fn ratio_cell(&self, base: &Outcome, key: &str) -> String {
+        if self.peer == base.peer {
+            return String::new();
+        }
+        crate::cli::stats::ratio_cell(crate::cli::stats::Summary::of_ratios(
+            &self.field(key),
+            &base.field(key),
+        ))
+    }
+
     /// What a table cell says when there is no figure.
     pub fn missing(&self) -> String {
         match (&self.skipped, self.failures.first()) {
