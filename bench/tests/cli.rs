@@ -194,6 +194,36 @@ fn every_subcommand_runs_at_tiny_sizes_and_writes_the_report() {
 }
 
 #[test]
+fn echo_runs_chosen_loads_for_chosen_peers() {
+    let out = scratch("echo-peers");
+    let stdout = ok(
+        &weft_bench(
+            &[
+                "echo",
+                "--tiny",
+                "--peers",
+                "weft,go",
+                "--loads",
+                "8:3:0,16:2:1",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            &[],
+            Duration::from_secs(120),
+        ),
+        "echo --peers --loads",
+    );
+    assert!(stdout.contains("C=8 × 3, burst"), "{stdout}");
+    assert!(stdout.contains("C=16 × 2, staggered 1 ms"), "{stdout}");
+    assert!(stdout.contains("skipped: left out (--peers)"), "{stdout}");
+    assert!(
+        !stdout.contains("C=50"),
+        "the size's loads ran too: {stdout}"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
 fn without_go_the_go_column_says_why() {
     let out = scratch("nogo");
     let stdout = ok(

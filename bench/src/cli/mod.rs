@@ -68,6 +68,10 @@ struct Common {
     /// Print JSON lines (every run, then the report's path) instead of tables.
     #[arg(long, global = true)]
     json: bool,
+    /// Run only these peers, e.g. `--peers weft,go` (names as in the tables; `weft` also
+    /// selects `weft, compaction off`); the others' cells say they were left out.
+    #[arg(long, global = true, value_delimiter = ',')]
+    peers: Option<Vec<String>>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -79,7 +83,7 @@ enum Command {
     /// OS threads for contrast, and the thread limit.
     Cost(Wrap),
     /// Goroutine-per-connection echo: fresh servers on loopback, C = 8, 2000, 10000.
-    Echo(Wrap),
+    Echo(EchoWrap),
     /// A new unit per request running ~17 KiB of frames: requests/s, CPU per request, Go's
     /// stack-growth share by `weft-gostack analyze`.
     Growth(Wrap),
@@ -112,6 +116,16 @@ struct Wrap {
     common: Common,
 }
 
+#[derive(Debug, Args)]
+struct EchoWrap {
+    #[command(flatten)]
+    common: Common,
+    /// The loads instead of the size's: CONNS:ROUNDS:STAGGER_MS, comma-separated
+    /// (e.g. `2000:5:0,10000:5:0`).
+    #[arg(long, value_delimiter = ',', value_parser = echo::Load::parse)]
+    loads: Option<Vec<echo::Load>>,
+}
+
 /// The default output folder: `target/weft-bench` in the workspace.
 pub fn default_out() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
@@ -138,6 +152,10 @@ fn experiments(name: &str) -> Vec<(&'static str, Experiment)> {
 }
 
 fn run_experiments(name: &str, c: Common) -> Result<(), String> {
+    run_with(name, c, None)
+}
+
+fn run_with(name: &str, c: Common, loads: Option<Vec<echo::Load>>) -> Result<(), String> {
     let size = if c.tiny {
         Size::Tiny
     } else if c.quick {
@@ -150,6 +168,8 @@ fn run_experiments(name: &str, c: Common) -> Result<(), String> {
         runs: c.runs.unwrap_or(size.runs()).max(1),
         out: c.out.unwrap_or_else(default_out),
         json: c.json,
+        peers: c.peers,
+        echo_loads: loads,
         raw: Vec::new(),
     };
     std::fs::create_dir_all(&ctx.out).map_err(|e| format!("{}: {e}", ctx.out.display()))?;
@@ -195,7 +215,7 @@ pub fn main(cli: Cli) -> Result<(), String> {
     match cli.cmd {
         Command::Probe(w) => run_experiments("probe", w.common),
         Command::Cost(w) => run_experiments("cost", w.common),
-        Command::Echo(w) => run_experiments("echo", w.common),
+        Command::Echo(w) => run_with("echo", w.common, w.loads),
         Command::Growth(w) => run_experiments("growth", w.common),
         Command::Sleepers(w) => run_experiments("sleepers", w.common),
         Command::Fairness(w) => run_experiments("fairness", w.common),

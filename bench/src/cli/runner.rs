@@ -67,8 +67,27 @@ pub struct Ctx {
     pub runs: usize,
     pub out: PathBuf,
     pub json: bool,
+    /// `--peers`: run only these (see [`Ctx::wants`]); `None`: every peer.
+    pub peers: Option<Vec<String>>,
+    /// `echo --loads`: the echo loads instead of the size's.
+    pub echo_loads: Option<Vec<crate::cli::echo::Load>>,
     /// Every run's figures as they came, in order (the report's raw JSON lines).
     pub raw: Vec<Value>,
+}
+
+impl Ctx {
+    /// Whether `--peers` asks for `peer`: a name matches itself and the variants named after
+    /// it (`weft` matches `weft, compaction off`).
+    pub fn wants(&self, peer: &str) -> bool {
+        self.peers.as_ref().is_none_or(|names| {
+            names.iter().any(|n| {
+                peer == n
+                    || peer
+                        .strip_prefix(n.as_str())
+                        .is_some_and(|rest| rest.starts_with(','))
+            })
+        })
+    }
 }
 
 /// Runs a program once and returns its figures.
@@ -192,6 +211,19 @@ pub fn alternate(
     programs: Vec<Program<'_>>,
 ) -> Vec<Outcome> {
     let runs = ctx.runs;
+    let programs: Vec<Program<'_>> = programs
+        .into_iter()
+        .map(|p| {
+            if ctx.wants(p.peer) {
+                p
+            } else {
+                Program {
+                    peer: p.peer,
+                    run: Err("left out (--peers)".into()),
+                }
+            }
+        })
+        .collect();
     let mut outcomes: Vec<Outcome> = programs
         .iter()
         .map(|p| Outcome {
@@ -388,6 +420,8 @@ mod tests {
             runs,
             out: std::env::temp_dir(),
             json: true,
+            peers: None,
+            echo_loads: None,
             raw: Vec::new(),
         }
     }
@@ -426,6 +460,47 @@ mod tests {
         assert_eq!(out[1].missing(), "skipped: no Go toolchain");
         assert_eq!(c.raw.len(), 6);
         assert_eq!(c.raw.iter().filter(|l| l["warmup"] == true).count(), 2);
+    }
+
+    #[test]
+    fn peers_left_out_by_the_peers_option_never_run() {
+        let ran = RefCell::new(Vec::new());
+        let ran = &ran;
+        let program = |peer: &'static str| Program {
+            peer,
+            run: Ok(Box::new(move || {
+                ran.borrow_mut().push(peer);
+                Ok(json!({}))
+            }) as RunOnce<'_>),
+        };
+        let mut c = ctx(1);
+        c.peers = Some(vec!["weft".into(), "go".into()]);
+        let out = alternate(
+            &mut c,
+            &ProgressBar::hidden(),
+            "t",
+            json!({}),
+            vec![
+                program("weft"),
+                program("tokio"),
+                program("go"),
+                program("weft, compaction off"),
+                program("weftish"),
+            ],
+        );
+        assert_eq!(
+            *ran.borrow(),
+            [
+                "weft",
+                "go",
+                "weft, compaction off",
+                "weft",
+                "go",
+                "weft, compaction off"
+            ]
+        );
+        assert_eq!(out[1].missing(), "skipped: left out (--peers)");
+        assert_eq!(out[4].missing(), "skipped: left out (--peers)");
     }
 
     #[test]
