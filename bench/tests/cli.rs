@@ -122,6 +122,7 @@ fn every_subcommand_runs_at_tiny_sizes_and_writes_the_report() {
         "cost-bars.svg",
         "echo.svg",
         "growth.svg",
+        "sleepers.svg",
     ] {
         let svg = read(&out.join(chart));
         assert!(

@@ -13,7 +13,7 @@
 //! work done in the very window the idle CPU is read from.
 //!
 //! Owns: the experiment and its Rust peers (`weft-bench peer sleepers`, [`PeerArgs`]).
-//! May call: weft, tokio, `runner`, `report`. Called by: `cli/mod.rs`, `peer.rs`.
+//! May call: weft, tokio, `runner`, `chart`, `report`. Called by: `cli/mod.rs`, `peer.rs`.
 //!
 //! Why deadlines after a base, not a gate that releases every unit at once: a million
 //! simultaneous wakes delayed the first timers in every runtime, which measures the
@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::args;
+use crate::cli::chart::{self, BarPanel};
 use crate::cli::peer::Runtime;
 use crate::cli::report::{table, Section};
 use crate::cli::runner::{self, go_program, Cmd, Ctx, Program};
@@ -345,13 +346,39 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
             ],
             &short,
         );
+    let panel = |key: &str, title: &str, y: &str| BarPanel {
+        title: title.into(),
+        y_label: y.into(),
+        y_log: true,
+        bars: outcomes
+            .iter()
+            .map(|o| {
+                let name = o.peer.replace("weft, compaction off", "no compaction");
+                (name, chart::colour(o.peer), o.summary(key))
+            })
+            .collect(),
+    };
+    let chart_name = "sleepers.svg";
+    chart::bars(
+        &ctx.out.join(chart_name),
+        "Sleepers (lower is better; \"no compaction\": weft with WEFT_STACK_COMPACTION=off)",
+        &[
+            panel("p50_us", "wake lateness p50", "µs (log scale)"),
+            panel("p99_us", "wake lateness p99", "µs (log scale)"),
+            panel(
+                "idle_cpu_ms_per_s",
+                "CPU while all sleep",
+                "ms per s (log scale)",
+            ),
+        ],
+    )?;
     Ok(Section {
         name: "sleepers".into(),
         title: "Sleepers: timer lateness and idle CPU".into(),
         ran: String::new(),
         markdown,
         summary,
-        charts: Vec::new(),
+        charts: vec![chart_name.into()],
         raw: Vec::new(),
     })
 }
