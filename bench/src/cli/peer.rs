@@ -3,7 +3,8 @@
 //! Owns: the hidden `weft-bench peer …` subcommands. Each runs one measurement in a fresh
 //! process and prints one JSON line; the experiments ([`crate::cli::probe`] and the others)
 //! start them through [`crate::cli::runner`], next to the Go peers under `bench/go/`, which
-//! print the same fields.
+//! print the same fields. `sleepers`, `fairness` and `wake` keep their peers beside their
+//! experiments (`sleepers.rs`, `fairness.rs`, `wake.rs`); their variants here only dispatch.
 //!
 //! May call: weft, tokio, std, weft-loadtest (the echo client). Called by: the CLI only.
 //!

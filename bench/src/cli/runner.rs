@@ -13,6 +13,8 @@
 //!    [`crate::cli::stats::Summary::of_ratios`] pairs.
 //! 3. Every child process has a time limit; past it the child is killed and the run counts
 //!    as failed. A failed run leaves a hole (`None`), never a made-up figure.
+//! 4. A program that `--peers` leaves out ([`Ctx::wants`]) never runs, warm-up included; it
+//!    counts as skipped, with that reason in its cells.
 //!
 //! Why a fresh process per run: memory figures need a process that has touched nothing
 //! else, and a warm-up process is how fresh memory gets backed by the hypervisor before the
