@@ -68,7 +68,7 @@ fn every_subcommand_runs_at_tiny_sizes_and_writes_the_report() {
     let out = scratch("each");
     let out_s = out.to_str().unwrap();
     let limit = Duration::from_secs(240);
-    // `all` runs the four again into its own folder, beside the single subcommands (the
+    // `all` runs them all again into its own folder, beside the single subcommands (the
     // figures mean nothing here, so sharing the CPUs costs nothing).
     let all = scratch("all");
     let all_s = all.to_str().unwrap().to_string();
@@ -79,7 +79,7 @@ fn every_subcommand_runs_at_tiny_sizes_and_writes_the_report() {
             Duration::from_secs(240),
         )
     });
-    for sub in ["probe", "cost", "echo"] {
+    for sub in ["probe", "cost", "echo", "sleepers", "fairness", "wake"] {
         ok(
             &weft_bench(&[sub, "--tiny", "--out", out_s], &[], limit),
             sub,
@@ -104,8 +104,13 @@ fn every_subcommand_runs_at_tiny_sizes_and_writes_the_report() {
     for title in [
         "Parked units",
         "Costs:",
+        "spawn + join each handle",
+        "first of the",
         "TCP echo",
         "Stack growth",
+        "Sleepers:",
+        "Fairness:",
+        "Waking a compacted task",
         "Raw JSON lines",
         "**weft commit**",
         "**kernel**",
@@ -117,6 +122,7 @@ fn every_subcommand_runs_at_tiny_sizes_and_writes_the_report() {
         "cost-bars.svg",
         "echo.svg",
         "growth.svg",
+        "sleepers.svg",
     ] {
         let svg = read(&out.join(chart));
         assert!(
@@ -129,7 +135,9 @@ fn every_subcommand_runs_at_tiny_sizes_and_writes_the_report() {
         );
     }
     let raw = read(&out.join("report.jsonl"));
-    for exp in ["probe", "cost", "echo", "growth"] {
+    for exp in [
+        "probe", "cost", "echo", "growth", "sleepers", "fairness", "wake",
+    ] {
         assert!(
             raw.contains(&format!("\"experiment\":\"{exp}\"")),
             "no raw lines of {exp}"
@@ -153,7 +161,15 @@ fn every_subcommand_runs_at_tiny_sizes_and_writes_the_report() {
     }
 
     ok(&all_run.join().unwrap(), "all");
-    assert!(read(&all.join("report.md")).contains("Stack growth"));
+    let all_report = read(&all.join("report.md"));
+    for title in [
+        "Stack growth",
+        "Sleepers:",
+        "Fairness:",
+        "Waking a compacted task",
+    ] {
+        assert!(all_report.contains(title), "`all` did not run {title:?}");
+    }
 
     // `readme` replaces the block between the markers in a copy of the README, twice alike.
     let readme = out.join("README.md");
@@ -176,6 +192,36 @@ fn every_subcommand_runs_at_tiny_sizes_and_writes_the_report() {
     assert_eq!(read(&readme), once, "readme is not idempotent");
     let _ = std::fs::remove_dir_all(&out);
     let _ = std::fs::remove_dir_all(&all);
+}
+
+#[test]
+fn echo_runs_chosen_loads_for_chosen_peers() {
+    let out = scratch("echo-peers");
+    let stdout = ok(
+        &weft_bench(
+            &[
+                "echo",
+                "--tiny",
+                "--peers",
+                "weft,go",
+                "--loads",
+                "8:3:0,16:2:1",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            &[],
+            Duration::from_secs(120),
+        ),
+        "echo --peers --loads",
+    );
+    assert!(stdout.contains("C=8 × 3, burst"), "{stdout}");
+    assert!(stdout.contains("C=16 × 2, staggered 1 ms"), "{stdout}");
+    assert!(stdout.contains("skipped: left out (--peers)"), "{stdout}");
+    assert!(
+        !stdout.contains("C=50"),
+        "the size's loads ran too: {stdout}"
+    );
+    let _ = std::fs::remove_dir_all(&out);
 }
 
 #[test]

@@ -1,6 +1,10 @@
 // The Go side of `weft-bench cost`: one measurement per run, printed as one JSON line.
 //
-//	-what spawn       N goroutines that bump an atomic; the last one wakes main (ns each)
+//	-what spawn       N goroutines that bump an atomic; the last one wakes main (ns each);
+//	                  -rounds R of them in this process: "ns" is the median round, "first_ns"
+//	                  the first
+//	-what spawnjoin   the same rounds, each goroutine joined by its own WaitGroup (as a
+//	                  JoinHandle is one per task)
 //	-what sendrecv    send then receive on one goroutine, channel of capacity 1 (ns per pair)
 //	-what pingpong    two goroutines bounce a value over unbuffered channels (ns per round trip)
 //	-what threadlimit debug.SetMaxThreads(-limit), then goroutines that each lock an OS thread
@@ -14,6 +18,8 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -31,6 +37,38 @@ func spawn(n int) float64 {
 	}
 	<-done
 	return float64(time.Since(start).Nanoseconds()) / float64(n)
+}
+
+func spawnjoin(n int) float64 {
+	start := time.Now()
+	handles := make([]*sync.WaitGroup, n)
+	for i := 0; i < n; i++ {
+		wg := new(sync.WaitGroup)
+		wg.Add(1)
+		handles[i] = wg
+		go func() { wg.Done() }()
+	}
+	for _, wg := range handles {
+		wg.Wait()
+	}
+	return float64(time.Since(start).Nanoseconds()) / float64(n)
+}
+
+// rounds runs f(n) r times and prints the median, the first round and every round.
+func rounds(what string, f func(int) float64, n, r int) {
+	all := make([]float64, 0, r)
+	for i := 0; i < r; i++ {
+		all = append(all, f(n))
+	}
+	first := all[0]
+	sorted := append([]float64(nil), all...)
+	sort.Float64s(sorted)
+	median := sorted[len(sorted)/2]
+	if len(sorted)%2 == 0 {
+		median = (sorted[len(sorted)/2-1] + sorted[len(sorted)/2]) / 2
+	}
+	fmt.Printf("{\"what\":%q,\"n\":%d,\"procs\":%d,\"ns\":%.2f,\"first_ns\":%.2f,\"rounds\":%d}\n",
+		what, n, runtime.GOMAXPROCS(0), median, first, r)
 }
 
 func sendrecv(n int) float64 {
@@ -79,8 +117,9 @@ func threadlimit(limit int) {
 }
 
 func main() {
-	what := flag.String("what", "spawn", "spawn, sendrecv, pingpong or threadlimit")
+	what := flag.String("what", "spawn", "spawn, spawnjoin, sendrecv, pingpong or threadlimit")
 	n := flag.Int("n", 100000, "operations")
+	r := flag.Int("rounds", 1, "rounds in this process for -what spawn and spawnjoin")
 	procs := flag.Int("procs", 0, "GOMAXPROCS (0: default)")
 	limit := flag.Int("limit", 10, "thread limit for -what threadlimit")
 	flag.Parse()
@@ -90,7 +129,11 @@ func main() {
 	var ns float64
 	switch *what {
 	case "spawn":
-		ns = spawn(*n)
+		rounds(*what, spawn, *n, max(*r, 1))
+		return
+	case "spawnjoin":
+		rounds(*what, spawnjoin, *n, max(*r, 1))
+		return
 	case "sendrecv":
 		ns = sendrecv(*n)
 	case "pingpong":

@@ -1,5 +1,6 @@
-// A million goroutines each sleeping a random 1-5 s, the peer of
-// bench/src/bin/time_sleepers.rs. Prints one "sleepers impl=go key=value ..." line.
+// The Go side of `weft-bench sleepers` (bench/src/cli/sleepers.rs): N goroutines each
+// sleeping until base + min + a random part of spread (1M, 1-5 s by default). Prints one
+// JSON line with the fields of the Rust peers. Standard library only.
 package main
 
 import (
@@ -36,7 +37,11 @@ func statusMiB(field string) float64 {
 
 func main() {
 	n := flag.Int("n", 1000000, "goroutines")
+	minMs := flag.Int("min-ms", 1000, "shortest sleep after the base, ms")
+	spreadMs := flag.Int("spread-ms", 4000, "sleeps are drawn from [min, min+spread), ms")
+	leadMs := flag.Int("lead-ms", 3000, "the base is lead + 6 µs × n after the start, ms")
 	flag.Parse()
+	spreadUs := uint64(max(*spreadMs, 1)) * 1000
 	lateness := make([]uint32, *n)
 	var asleep, woken atomic.Int64
 	seed := uint64(0x2545f4914f6cdd1d)
@@ -46,13 +51,13 @@ func main() {
 		}
 	}
 	start := time.Now()
-	// As in time_sleepers.rs: deadlines count from a base after every goroutine has started.
-	base := start.Add(3*time.Second + time.Duration(*n)*6*time.Microsecond)
+	// As in sleepers.rs: deadlines count from a base after every goroutine has started.
+	base := start.Add(time.Duration(*leadMs)*time.Millisecond + time.Duration(*n)*6*time.Microsecond)
 	for i := 0; i < *n; i++ {
 		seed ^= seed << 13
 		seed ^= seed >> 7
 		seed ^= seed << 17
-		sleep := time.Second + time.Duration(seed%4000000)*time.Microsecond
+		sleep := time.Duration(*minMs)*time.Millisecond + time.Duration(seed%spreadUs)*time.Microsecond
 		go func(i int, deadline time.Time) {
 			asleep.Add(1)
 			time.Sleep(time.Until(deadline))
@@ -66,7 +71,7 @@ func main() {
 	}
 	wait(&asleep)
 	spawn := time.Since(start)
-	first := base.Add(time.Second)
+	first := base.Add(time.Duration(*minMs) * time.Millisecond)
 	idle := "null"
 	ws := time.Now().Add(20 * time.Millisecond)
 	we := first.Add(-20 * time.Millisecond)
@@ -92,6 +97,6 @@ func main() {
 		}
 		return lateness[i]
 	}
-	fmt.Printf("sleepers impl=go tasks=%d spawn_ms=%.0f p50_us=%d p99_us=%d max_us=%d idle_cpu_ms_per_s=%s cpu_per_wake_us=%.2f rss_mib=%.0f pte_mib=%.0f\n",
+	fmt.Printf("{\"tasks\":%d,\"spawn_ms\":%.1f,\"p50_us\":%d,\"p99_us\":%d,\"max_us\":%d,\"idle_cpu_ms_per_s\":%s,\"cpu_per_wake_us\":%.3f,\"rss_mib\":%.1f,\"pte_mib\":%.1f}\n",
 		*n, float64(spawn.Microseconds())/1e3, pct(0.5), pct(0.99), lateness[*n-1], idle, perWake, rss, pte)
 }

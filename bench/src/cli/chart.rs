@@ -244,7 +244,14 @@ pub fn bars(path: &std::path::Path, title: &str, panels: &[BarPanel]) -> Res {
             .set_tick_mark_size(LabelAreaPosition::Bottom, 0)
             .x_labels(n * 20 + 1)
             .x_label_formatter(&x_fmt)
-            .y_labels(if p.y_log { 60 } else { 10 })
+            // Log axis: ticks 0.05 of a decade apart, so that 1, 2 and 5 × 10^k each fall
+            // within `axis_value`'s 3 % of one tick, whatever the span (a fixed count put
+            // several ticks within 3 % of one value on a narrow span, each labelled).
+            .y_labels(if p.y_log {
+                ((y1 - y0) / 0.05).ceil() as usize + 1
+            } else {
+                10
+            })
             .y_desc(&p.y_label)
             .y_label_formatter(&|v| axis_value(*v, p.y_log))
             .light_line_style(WHITE.mix(0.0))
@@ -286,4 +293,33 @@ pub fn bars(path: &std::path::Path, title: &str, panels: &[BarPanel]) -> Res {
         }
     }
     root.present().map_err(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_narrow_log_axis_labels_each_value_once() {
+        let bar = |name: &str, v: f64| {
+            let s = Summary::of(&[v]);
+            (name.to_string(), colour(name), s)
+        };
+        let path = std::env::temp_dir().join(format!("weft-chart-{}.svg", std::process::id()));
+        let panel = BarPanel {
+            title: "narrow".into(),
+            y_label: "µs".into(),
+            y_log: true,
+            bars: vec![bar("weft", 2200.0), bar("go", 3100.0), bar("tokio", 2900.0)],
+        };
+        bars(&path, "t", &[panel]).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        // plotters writes each text's content on a line of its own.
+        let labels: Vec<&str> = svg.lines().map(str::trim).collect();
+        for label in ["1K", "2K"] {
+            let n = labels.iter().filter(|l| **l == label).count();
+            assert_eq!(n, 1, "{label} is labelled {n} times");
+        }
+    }
 }

@@ -2,8 +2,13 @@
 //! one channel send + receive, a switch round trip with 1 and 2 workers, OS threads for
 //! contrast, and what happens at the thread limit.
 //!
-//! - spawn: N units that each bump a counter, the last one waking the spawner (threads:
-//!   spawn and join N threads); ns per unit.
+//! - spawn: rounds of N spawns in one process (5, 3 with `--quick`), ns per unit: detached
+//!   units that each bump a counter, the last one waking the spawner ("run to
+//!   completion"), or units each joined by its handle ("join"; Go: a `WaitGroup` per
+//!   goroutine); threads spawn and join N threads in both. The row is the median round, as
+//!   in the spawn programs the figures were first published from; the first round of the
+//!   fresh process gets a row of its own, since it alone pays for touching the runtime's
+//!   stacks and task memory for the first time.
 //! - send + receive: one unit sends then receives on a channel of capacity 1 (no parking).
 //! - switch round trip: two units bounce a value over rendezvous channels (tokio: mpsc of
 //!   capacity 1; threads: `sync_channel(0)`, both pinned to one CPU for "1 worker").
@@ -27,36 +32,72 @@ use crate::cli::stats::{cell, ratio_cell, Summary};
 
 struct Row {
     label: String,
+    /// The chart panel's title.
+    short: String,
     key: &'static str,
     outcomes: Vec<Outcome>,
 }
 
-fn peer_cmd(what: &str, rt: &str, n: usize, workers: Option<usize>) -> Result<Cmd, String> {
-    let mut a = args![what, "--runtime", rt, "--n", n].to_vec();
-    if let Some(w) = workers {
-        a.extend(args!["--workers", w]);
+/// One operation of the table: `what` is the Go peer's `-what`; the Rust peers' `peer`
+/// subcommand is `spawn` for both spawn cases.
+struct Op {
+    what: &'static str,
+    n: usize,
+    threads_n: usize,
+    workers: Option<usize>,
+    /// In-process rounds of the spawn cases (`None`: one measurement per process).
+    rounds: Option<usize>,
+}
+
+impl Op {
+    fn peer_cmd(&self, rt: &str, n: usize) -> Result<Cmd, String> {
+        let mut a = match self.what {
+            "spawn" | "spawnjoin" => {
+                let case = if self.what == "spawn" {
+                    "complete"
+                } else {
+                    "join"
+                };
+                args!["spawn", "--runtime", rt, "--n", n, "--case", case].to_vec()
+            }
+            what => args![what, "--runtime", rt, "--n", n].to_vec(),
+        };
+        if let Some(w) = self.workers {
+            a.extend(args!["--workers", w]);
+        }
+        if let Some(r) = self.rounds {
+            a.extend(args!["--rounds", r]);
+        }
+        Cmd::me(&a)
     }
-    Cmd::me(&a)
-}
 
-fn go_cmd(what: &str, n: usize, procs: Option<usize>) -> Result<Cmd, String> {
-    go_program("cost").map(|exe| {
-        Cmd::new(
-            exe,
-            &args!["-what", what, "-n", n, "-procs", procs.unwrap_or(0)],
-        )
-    })
-}
+    fn go_cmd(&self) -> Result<Cmd, String> {
+        go_program("cost").map(|exe| {
+            let mut a = args![
+                "-what",
+                self.what,
+                "-n",
+                self.n,
+                "-procs",
+                self.workers.unwrap_or(0)
+            ]
+            .to_vec();
+            if let Some(r) = self.rounds {
+                a.extend(args!["-rounds", r]);
+            }
+            Cmd::new(exe, &a)
+        })
+    }
 
-/// weft, Go, tokio and threads for one operation; `threads_n` is the threads' own count.
-fn op<'a>(what: &str, n: usize, threads_n: usize, workers: Option<usize>) -> Vec<Program<'a>> {
-    let go_what = if what == "sendrecv" { "sendrecv" } else { what };
-    vec![
-        Program::command("weft", peer_cmd(what, "weft", n, workers)),
-        Program::command("go", go_cmd(go_what, n, workers)),
-        Program::command("tokio", peer_cmd(what, "tokio", n, workers)),
-        Program::command("threads", peer_cmd(what, "threads", threads_n, workers)),
-    ]
+    /// weft, Go, tokio and threads (with their own count `threads_n`).
+    fn programs<'a>(&self) -> Vec<Program<'a>> {
+        vec![
+            Program::command("weft", self.peer_cmd("weft", self.n)),
+            Program::command("go", self.go_cmd()),
+            Program::command("tokio", self.peer_cmd("tokio", self.n)),
+            Program::command("threads", self.peer_cmd("threads", self.threads_n)),
+        ]
+    }
 }
 
 /// Runs the experiment and returns its section.
@@ -102,6 +143,7 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
             crate::cli::stats::num(mem_n as f64),
             crate::cli::stats::num(threads_mem as f64)
         ),
+        short: String::new(),
         key: "",
         outcomes,
     };
@@ -115,45 +157,95 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
     rows.push(mem_row);
 
     let threads_spawn = s.pick(5000, 2000, 100);
-    let cases: [(&str, String, usize, usize, Option<usize>); 4] = [
+    let spawn_rounds = s.pick(5, 3, 2);
+    let rounds = Some(spawn_rounds);
+    let spawn = |what, label: &str, short: &str| {
         (
+            label.to_string(),
+            short.to_string(),
+            Op {
+                what,
+                n: spawn_n,
+                threads_n: threads_spawn,
+                workers: None,
+                rounds,
+            },
+        )
+    };
+    let plain = |what, label: &str, short: &str, n, threads_n, workers| {
+        (
+            label.to_string(),
+            short.to_string(),
+            Op {
+                what,
+                n,
+                threads_n,
+                workers,
+                rounds: None,
+            },
+        )
+    };
+    let cases = [
+        spawn(
             "spawn",
-            "spawn + run to completion, ns per unit".into(),
-            spawn_n,
-            threads_spawn,
-            None,
+            "spawn + run to completion, ns per unit",
+            "spawn + run to completion",
         ),
-        (
+        spawn(
+            "spawnjoin",
+            "spawn + join each handle, ns per unit",
+            "spawn + join",
+        ),
+        plain(
             "sendrecv",
-            "channel send + receive (capacity 1), ns".into(),
+            "channel send + receive (capacity 1), ns",
+            "send + receive, capacity 1",
             chan_n,
             chan_n,
             None,
         ),
-        (
+        plain(
             "pingpong",
-            "switch round trip, 1 worker, ns".into(),
+            "switch round trip, 1 worker, ns",
+            "switch round trip, 1 worker",
             pp_n,
             s.pick(20_000, 10_000, 100),
             Some(1),
         ),
-        (
+        plain(
             "pingpong",
-            "switch round trip, 2 workers, ns".into(),
+            "switch round trip, 2 workers, ns",
+            "switch round trip, 2 workers",
             pp_n,
             s.pick(5000, 2000, 100),
             Some(2),
         ),
     ];
-    for (what, label, n, tn, workers) in cases {
-        let case = json!({"what": what, "n": n, "workers": workers});
-        let outcomes = runner::alternate(ctx, &pb, "cost", case, op(what, n, tn, workers));
+    for (label, short, op) in cases {
+        let case = json!({"what": op.what, "n": op.n, "workers": op.workers, "rounds": op.rounds});
+        let outcomes = runner::alternate(ctx, &pb, "cost", case, op.programs());
+        if op.what == "spawn" {
+            // The same runs' first rounds: what a fresh process pays.
+            rows.push(Row {
+                label: format!(
+                    "spawn + run to completion, first of the {} rounds in a fresh process, ns \
+                     per unit",
+                    spawn_rounds
+                ),
+                short: "spawn + complete, first round".into(),
+                key: "first_ns",
+                outcomes: outcomes.clone(),
+            });
+        }
         rows.push(Row {
             label,
+            short,
             key: "ns",
             outcomes,
         });
     }
+    // The steady figure first, then the first round, as the table reads.
+    rows.swap(1, 2);
     pb.finish_and_clear();
 
     let mut md_rows = Vec::new();
@@ -203,7 +295,7 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
     let panels: Vec<BarPanel> = rows[1..]
         .iter()
         .map(|r| BarPanel {
-            title: r.label.replace(", ns per unit", "").replace(", ns", ""),
+            title: r.short.clone(),
             y_label: "ns (log scale)".into(),
             y_log: true,
             bars: r

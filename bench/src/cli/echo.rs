@@ -9,6 +9,8 @@
 //! Little's law (throughput × mean RTT next to the in-flight count sampled every ms), the
 //! server's CPU time (user + system, accepts included, read with `wait4` when the server is
 //! reaped) per round trip, and its peak RSS growth and page tables per connection.
+//! `echo --loads C:R:S,…` replaces the size's loads, and with `--peers weft,go` it is the
+//! quick weft-against-Go check `bench/echo-compare.sh` used to be.
 //!
 //! Owns: the server processes of one run (`Server`: killed and reaped when done).
 //! May call: `runner` (the client is `weft-bench peer loadtest`), `/proc/PID/*`.
@@ -29,7 +31,7 @@ use crate::args;
 use crate::cli::chart::{self, LinePanel, Series};
 use crate::cli::report::{table, Section};
 use crate::cli::runner::{self, go_program, run_json, Cmd, Ctx, Outcome, Program};
-use crate::cli::stats::{cell, num, ratio_cell, Summary};
+use crate::cli::stats::num;
 
 /// A load: connections, rounds, stagger in ms.
 #[derive(Debug, Clone, Copy)]
@@ -40,6 +42,26 @@ pub struct Load {
 }
 
 impl Load {
+    /// `CONNS:ROUNDS:STAGGER_MS`, as `echo --loads` takes it.
+    pub fn parse(text: &str) -> Result<Load, String> {
+        let f: Vec<&str> = text.trim().split(':').collect();
+        let num = |s: &str| {
+            s.replace('_', "")
+                .parse::<usize>()
+                .map_err(|_| format!("not a number in load {text:?}: {s:?}"))
+        };
+        match f[..] {
+            [c, r, st] => Ok(Load {
+                conns: num(c)?.max(1),
+                rounds: num(r)?.max(1),
+                stagger_ms: num(st)? as u64,
+            }),
+            _ => Err(format!(
+                "load {text:?} is not CONNS:ROUNDS:STAGGER_MS (e.g. 2000:5:0)"
+            )),
+        }
+    }
+
     fn label(self) -> String {
         format!(
             "C={} × {}{}",
@@ -235,7 +257,7 @@ fn servers() -> Vec<(&'static str, Result<Cmd, String>)> {
 }
 
 /// The figures of the table, (key, heading).
-const COLUMNS: [(&str, &str); 10] = [
+const COLUMNS: [(&str, &str); 11] = [
     ("round_trips_per_sec", "round trips/s"),
     ("rtt_p50_us", "RTT p50 µs"),
     ("rtt_p99_us", "RTT p99 µs"),
@@ -245,12 +267,13 @@ const COLUMNS: [(&str, &str); 10] = [
     ("sampled_in_flight", "sampled in flight"),
     ("server_cpu_us_per_rt", "server CPU µs / round trip"),
     ("rss_per_conn", "server RSS B / conn"),
+    ("pte_per_conn", "server page tables B / conn"),
     ("conns_failed", "failed dials"),
 ];
 
 /// Runs the experiment and returns its section.
 pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
-    let loads = loads(ctx.size);
+    let loads = ctx.echo_loads.clone().unwrap_or_else(|| loads(ctx.size));
     let pb = runner::bar(ctx, "echo", loads.len() * 4 * (ctx.runs + 1));
     let servers = servers();
     let mut results: Vec<(Load, Vec<Outcome>)> = Vec::new();
@@ -282,24 +305,11 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
         let weft = &outs[0];
         for o in outs {
             let mut r = vec![load.label(), o.peer.to_string()];
-            for (i, (key, _)) in COLUMNS.iter().enumerate() {
-                // A program without figures says why once, in its first column.
-                let none = if i == 0 { o.missing() } else { "-".into() };
-                r.push(o.summary(key).map_or(none, |s| cell(Some(s))));
-            }
-            let ratio = |key: &str| {
-                if o.peer == "weft" {
-                    String::new()
-                } else {
-                    ratio_cell(Summary::of_ratios(&weft.field(key), &o.field(key)))
-                }
-            };
+            r.extend(o.cells(COLUMNS.iter().map(|(key, _)| *key)));
+            let ratio = |key: &str| weft.ratio_cell(o, key);
             r.push(ratio("round_trips_per_sec"));
             r.push(ratio("server_cpu_us_per_rt"));
-            let med = |key: &str| {
-                o.summary(key)
-                    .map_or_else(|| o.missing(), |s| num(s.median))
-            };
+            let med = |key: &str| o.median_cell(key);
             short.push(vec![
                 load.label(),
                 o.peer.to_string(),
@@ -314,7 +324,8 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
     }
     let markdown = table(&head, &rows)
         + "\nServer CPU per round trip counts the whole load (dials and accepts included). \
-           RSS per connection is the server's peak RSS growth over its RSS at start.\n";
+           RSS per connection is the server's peak RSS growth over its RSS at start; page \
+           tables per connection the peak of its VmPTE (sampled every 50 ms) over the start.\n";
     let summary = table(
         &[
             "load",

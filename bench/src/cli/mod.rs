@@ -4,14 +4,16 @@
 //! Owns: the command line ([`Cli`]) and running the experiments it names.
 //!
 //! ```text
-//! weft-bench probe | cost | echo | growth   one experiment; adds its section to the report
-//! weft-bench all [--quick]                  all four (--quick: under 10 minutes on 2 vCPUs)
+//! weft-bench probe | cost | echo | growth    one experiment; adds its section to the report
+//! weft-bench sleepers | fairness | wake      (timers, weft's fairness, compacted wakes)
+//! weft-bench all [--quick]                   all seven (--quick: under 10 minutes on 2 vCPUs)
 //! weft-bench readme [--report R] [--readme README.md]   regenerate README's performance part
 //! ```
 //!
 //! Every experiment runs each program once unmeasured, then alternates the peers run by run
 //! (`runner.rs`), and writes `target/weft-bench/report.md` (with `report.jsonl` and SVG
-//! charts). Layers: `mod.rs` (this) → `probe`/`cost`/`echo`/`growth` (one experiment each)
+//! charts). Layers: `mod.rs` (this) → `probe`/`cost`/`echo`/`growth`/`sleepers`/`fairness`/
+//! `wake` (one experiment each; the last three hold their own peers)
 //! → `runner` (processes, rounds), `stats`, `chart`, `report`; `peer` is the hidden
 //! `weft-bench peer …` the experiments start for the Rust peers.
 //!
@@ -22,12 +24,15 @@
 pub mod chart;
 pub mod cost;
 pub mod echo;
+pub mod fairness;
 pub mod growth;
 pub mod peer;
 pub mod probe;
 pub mod report;
 pub mod runner;
+pub mod sleepers;
 pub mod stats;
+pub mod wake;
 
 use std::path::PathBuf;
 
@@ -63,6 +68,10 @@ struct Common {
     /// Print JSON lines (every run, then the report's path) instead of tables.
     #[arg(long, global = true)]
     json: bool,
+    /// Run only these peers, e.g. `--peers weft,go` (names as in the tables; `weft` also
+    /// selects `weft, compaction off`); the others' cells say they were left out.
+    #[arg(long, global = true, value_delimiter = ',')]
+    peers: Option<Vec<String>>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -74,11 +83,18 @@ enum Command {
     /// OS threads for contrast, and the thread limit.
     Cost(Wrap),
     /// Goroutine-per-connection echo: fresh servers on loopback, C = 8, 2000, 10000.
-    Echo(Wrap),
+    Echo(EchoWrap),
     /// A new unit per request running ~17 KiB of frames: requests/s, CPU per request, Go's
     /// stack-growth share by `weft-gostack analyze`.
     Growth(Wrap),
-    /// probe, cost, echo and growth, then the report.
+    /// N units sleeping until random deadlines (1M, 1–5 s): wake lateness, CPU while all
+    /// sleep, CPU per wake, memory.
+    Sleepers(Wrap),
+    /// weft on one worker: timers beside tasks that never park (a chat hub, a pipeline).
+    Fairness(Wrap),
+    /// weft: wake latency and CPU of compacted tasks against resident ones.
+    Wake(Wrap),
+    /// Every experiment above, then the report.
     All(Wrap),
     /// Rewrite README.md's performance section from a report's summary block.
     Readme {
@@ -100,6 +116,16 @@ struct Wrap {
     common: Common,
 }
 
+#[derive(Debug, Args)]
+struct EchoWrap {
+    #[command(flatten)]
+    common: Common,
+    /// The loads instead of the size's: CONNS:ROUNDS:STAGGER_MS, comma-separated
+    /// (e.g. `2000:5:0,10000:5:0`).
+    #[arg(long, value_delimiter = ',', value_parser = echo::Load::parse)]
+    loads: Option<Vec<echo::Load>>,
+}
+
 /// The default output folder: `target/weft-bench` in the workspace.
 pub fn default_out() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
@@ -111,11 +137,14 @@ pub fn default_out() -> PathBuf {
 type Experiment = fn(&mut Ctx) -> Result<report::Section, String>;
 
 fn experiments(name: &str) -> Vec<(&'static str, Experiment)> {
-    let all: [(&'static str, Experiment); 4] = [
+    let all: [(&'static str, Experiment); 7] = [
         ("probe", probe::run),
         ("cost", cost::run),
         ("echo", echo::run),
         ("growth", growth::run),
+        ("sleepers", sleepers::run),
+        ("fairness", fairness::run),
+        ("wake", wake::run),
     ];
     all.into_iter()
         .filter(|(n, _)| name == "all" || *n == name)
@@ -123,6 +152,10 @@ fn experiments(name: &str) -> Vec<(&'static str, Experiment)> {
 }
 
 fn run_experiments(name: &str, c: Common) -> Result<(), String> {
+    run_with(name, c, None)
+}
+
+fn run_with(name: &str, c: Common, loads: Option<Vec<echo::Load>>) -> Result<(), String> {
     let size = if c.tiny {
         Size::Tiny
     } else if c.quick {
@@ -135,6 +168,8 @@ fn run_experiments(name: &str, c: Common) -> Result<(), String> {
         runs: c.runs.unwrap_or(size.runs()).max(1),
         out: c.out.unwrap_or_else(default_out),
         json: c.json,
+        peers: c.peers,
+        echo_loads: loads,
         raw: Vec::new(),
     };
     std::fs::create_dir_all(&ctx.out).map_err(|e| format!("{}: {e}", ctx.out.display()))?;
@@ -180,8 +215,11 @@ pub fn main(cli: Cli) -> Result<(), String> {
     match cli.cmd {
         Command::Probe(w) => run_experiments("probe", w.common),
         Command::Cost(w) => run_experiments("cost", w.common),
-        Command::Echo(w) => run_experiments("echo", w.common),
+        Command::Echo(w) => run_with("echo", w.common, w.loads),
         Command::Growth(w) => run_experiments("growth", w.common),
+        Command::Sleepers(w) => run_experiments("sleepers", w.common),
+        Command::Fairness(w) => run_experiments("fairness", w.common),
+        Command::Wake(w) => run_experiments("wake", w.common),
         Command::All(w) => run_experiments("all", w.common),
         Command::Readme { report, readme } => {
             let report = report.unwrap_or_else(|| default_out().join("report.md"));

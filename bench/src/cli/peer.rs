@@ -3,7 +3,8 @@
 //! Owns: the hidden `weft-bench peer …` subcommands. Each runs one measurement in a fresh
 //! process and prints one JSON line; the experiments ([`crate::cli::probe`] and the others)
 //! start them through [`crate::cli::runner`], next to the Go peers under `bench/go/`, which
-//! print the same fields.
+//! print the same fields. `sleepers`, `fairness` and `wake` keep their peers beside their
+//! experiments (`sleepers.rs`, `fairness.rs`, `wake.rs`); their variants here only dispatch.
 //!
 //! May call: weft, tokio, std, weft-loadtest (the echo client). Called by: the CLI only.
 //!
@@ -62,12 +63,18 @@ pub enum Peer {
         #[arg(long, default_value_t = 200)]
         settle_ms: u64,
     },
-    /// Spawn N units that each bump a counter; the last one wakes the spawner.
+    /// Rounds of N spawns in one runtime: detached units that bump a counter, the last one
+    /// waking the spawner (`complete`), or N units each joined by its handle (`join`).
     Spawn {
         #[arg(long, value_enum)]
         runtime: Runtime,
         #[arg(long)]
         n: usize,
+        #[arg(long, value_enum, default_value_t = SpawnCase::Complete)]
+        case: SpawnCase,
+        /// Rounds in this process; `ns` is their median, `first_ns` the first one's figure.
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
     },
     /// Send then receive on one unit, capacity 1.
     Sendrecv {
@@ -102,6 +109,12 @@ pub enum Peer {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// N units sleeping until random deadlines (`sleepers.rs`).
+    Sleepers(crate::cli::sleepers::PeerArgs),
+    /// One fairness scenario on one worker (`fairness.rs`).
+    Fairness(crate::cli::fairness::PeerArgs),
+    /// Wakes of resident or compacted tasks (`wake.rs`).
+    Wake(crate::cli::wake::PeerArgs),
     /// Every request a new task running the growth chain.
     Growth {
         #[arg(long, value_enum)]
@@ -122,7 +135,12 @@ pub fn main(peer: Peer) -> Result<(), String> {
             mode,
             settle_ms,
         } => probe(runtime, tasks, mode, Duration::from_millis(settle_ms)),
-        Peer::Spawn { runtime, n } => json!({"ns": spawn(runtime, n.max(1))}),
+        Peer::Spawn {
+            runtime,
+            n,
+            case,
+            rounds,
+        } => spawn_rounds(runtime, case, n.max(1), rounds.max(1)),
         Peer::Sendrecv { runtime, n } => json!({"ns": sendrecv(runtime, n.max(1))}),
         Peer::Pingpong {
             runtime,
@@ -137,6 +155,9 @@ pub fn main(peer: Peer) -> Result<(), String> {
             requests,
             inflight,
         } => growth(runtime, requests.max(1), inflight.max(1)),
+        Peer::Sleepers(a) => crate::cli::sleepers::peer(a)?,
+        Peer::Fairness(a) => crate::cli::fairness::peer(a)?,
+        Peer::Wake(a) => crate::cli::wake::peer(a)?,
     };
     println!("{line}");
     Ok(())
@@ -313,15 +334,61 @@ fn probe(runtime: Runtime, n: usize, mode: Mode, settle: Duration) -> Value {
     }
 }
 
-fn spawn(runtime: Runtime, n: usize) -> f64 {
+/// What a spawn round waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SpawnCase {
+    /// Detached units that bump a counter; the last one wakes the spawner.
+    Complete,
+    /// Every unit's handle joined, in spawn order.
+    Join,
+}
+
+/// `rounds` rounds of `n` spawns in one runtime (threads: `n` threads spawned and joined
+/// in either case), like the spawn programs the figures were first published from: `ns` is
+/// the median round, `first_ns` the first round of this fresh process, whose units are the
+/// first to touch the runtime's stacks and task memory.
+fn spawn_rounds(runtime: Runtime, case: SpawnCase, n: usize, rounds: usize) -> Value {
     let per = move |d: Duration| d.as_nanos() as f64 / n as f64;
-    match runtime {
+    let all: Vec<f64> = match runtime {
         Runtime::Weft => weft_runtime(None).block_on(move || {
+            (0..rounds)
+                .map(|_| per(weft_spawn_round(case, n)))
+                .collect()
+        }),
+        Runtime::Tokio => tokio_runtime(None).block_on(async move {
+            let mut all = Vec::with_capacity(rounds);
+            for _ in 0..rounds {
+                all.push(per(tokio_spawn_round(case, n).await));
+            }
+            all
+        }),
+        Runtime::Threads => (0..rounds).map(|_| per(threads_spawn_round(n))).collect(),
+    };
+    let first = all[0];
+    let mut sorted = all.clone();
+    json!({
+        "ns": crate::median(&mut sorted),
+        "first_ns": first,
+        "rounds_ns": all,
+        "case": format!("{case:?}").to_lowercase(),
+    })
+}
+
+fn weft_spawn_round(case: SpawnCase, n: usize) -> Duration {
+    let start = Instant::now();
+    match case {
+        SpawnCase::Join => {
+            let handles: Vec<_> = (0..n).map(|_| weft::spawn(|| {})).collect();
+            for h in handles {
+                h.join().expect("task");
+            }
+        }
+        SpawnCase::Complete => {
             let count = Arc::new(AtomicUsize::new(0));
             let me = weft::task::current();
-            let start = Instant::now();
             for _ in 0..n {
                 let (count, me) = (count.clone(), me.clone());
+                // Detached: the handle is dropped at once.
                 weft::spawn(move || {
                     if count.fetch_add(1, Ordering::AcqRel) + 1 == n {
                         me.unpark();
@@ -331,12 +398,23 @@ fn spawn(runtime: Runtime, n: usize) -> f64 {
             while count.load(Ordering::Acquire) < n {
                 weft::task::park();
             }
-            per(start.elapsed())
-        }),
-        Runtime::Tokio => tokio_runtime(None).block_on(async move {
+        }
+    }
+    start.elapsed()
+}
+
+async fn tokio_spawn_round(case: SpawnCase, n: usize) -> Duration {
+    let start = Instant::now();
+    match case {
+        SpawnCase::Join => {
+            let handles: Vec<_> = (0..n).map(|_| tokio::spawn(async {})).collect();
+            for h in handles {
+                h.await.expect("task");
+            }
+        }
+        SpawnCase::Complete => {
             let count = Arc::new(AtomicUsize::new(0));
             let done = Arc::new(tokio::sync::Notify::new());
-            let start = Instant::now();
             for _ in 0..n {
                 let (count, done) = (count.clone(), done.clone());
                 tokio::spawn(async move {
@@ -346,25 +424,26 @@ fn spawn(runtime: Runtime, n: usize) -> f64 {
                 });
             }
             done.notified().await;
-            per(start.elapsed())
-        }),
-        Runtime::Threads => {
-            let count = Arc::new(AtomicUsize::new(0));
-            let start = Instant::now();
-            let handles: Vec<_> = (0..n)
-                .map(|_| {
-                    let count = count.clone();
-                    std::thread::spawn(move || {
-                        count.fetch_add(1, Ordering::AcqRel);
-                    })
-                })
-                .collect();
-            for h in handles {
-                h.join().expect("thread");
-            }
-            per(start.elapsed())
         }
     }
+    start.elapsed()
+}
+
+fn threads_spawn_round(n: usize) -> Duration {
+    let count = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    let handles: Vec<_> = (0..n)
+        .map(|_| {
+            let count = count.clone();
+            std::thread::spawn(move || {
+                count.fetch_add(1, Ordering::AcqRel);
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("thread");
+    }
+    start.elapsed()
 }
 
 /// ns per send + receive on one unit over a channel of capacity 1.

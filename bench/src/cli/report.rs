@@ -26,7 +26,9 @@ pub const README_BEGIN: &str =
 pub const README_END: &str = "<!-- weft-bench:end -->";
 
 /// The sections in report order.
-pub const ORDER: [&str; 4] = ["probe", "cost", "echo", "growth"];
+pub const ORDER: [&str; 7] = [
+    "probe", "cost", "echo", "growth", "sleepers", "fairness", "wake",
+];
 
 /// One experiment's part of the report.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -13,6 +13,8 @@
 //!    [`crate::cli::stats::Summary::of_ratios`] pairs.
 //! 3. Every child process has a time limit; past it the child is killed and the run counts
 //!    as failed. A failed run leaves a hole (`None`), never a made-up figure.
+//! 4. A program that `--peers` leaves out ([`Ctx::wants`]) never runs, warm-up included; it
+//!    counts as skipped, with that reason in its cells.
 //!
 //! Why a fresh process per run: memory figures need a process that has touched nothing
 //! else, and a warm-up process is how fresh memory gets backed by the hypervisor before the
@@ -67,8 +69,27 @@ pub struct Ctx {
     pub runs: usize,
     pub out: PathBuf,
     pub json: bool,
+    /// `--peers`: run only these (see [`Ctx::wants`]); `None`: every peer.
+    pub peers: Option<Vec<String>>,
+    /// `echo --loads`: the echo loads instead of the size's.
+    pub echo_loads: Option<Vec<crate::cli::echo::Load>>,
     /// Every run's figures as they came, in order (the report's raw JSON lines).
     pub raw: Vec<Value>,
+}
+
+impl Ctx {
+    /// Whether `--peers` asks for `peer`: a name matches itself and the variants named after
+    /// it (`weft` matches `weft, compaction off`).
+    pub fn wants(&self, peer: &str) -> bool {
+        self.peers.as_ref().is_none_or(|names| {
+            names.iter().any(|n| {
+                peer == n
+                    || peer
+                        .strip_prefix(n.as_str())
+                        .is_some_and(|rest| rest.starts_with(','))
+            })
+        })
+    }
 }
 
 /// Runs a program once and returns its figures.
@@ -117,6 +138,36 @@ impl Outcome {
         crate::cli::stats::Summary::of(&v)
     }
 
+    /// Table cells for `keys`: each a median with its range; a program without figures says
+    /// why once, in the first of them.
+    pub fn cells<'k>(&self, keys: impl IntoIterator<Item = &'k str>) -> Vec<String> {
+        keys.into_iter()
+            .enumerate()
+            .map(|(i, key)| match self.summary(key) {
+                Some(s) => crate::cli::stats::cell(Some(s)),
+                None if i == 0 => self.missing(),
+                None => "-".into(),
+            })
+            .collect()
+    }
+
+    /// The median of `key` alone, or why there is none.
+    pub fn median_cell(&self, key: &str) -> String {
+        self.summary(key)
+            .map_or_else(|| self.missing(), |s| crate::cli::stats::num(s.median))
+    }
+
+    /// The per-pair ratio `self / base` of `key` for a table; empty for `base` itself.
+    pub fn ratio_cell(&self, base: &Outcome, key: &str) -> String {
+        if self.peer == base.peer {
+            return String::new();
+        }
+        crate::cli::stats::ratio_cell(crate::cli::stats::Summary::of_ratios(
+            &self.field(key),
+            &base.field(key),
+        ))
+    }
+
     /// What a table cell says when there is no figure.
     pub fn missing(&self) -> String {
         match (&self.skipped, self.failures.first()) {
@@ -162,6 +213,19 @@ pub fn alternate(
     programs: Vec<Program<'_>>,
 ) -> Vec<Outcome> {
     let runs = ctx.runs;
+    let programs: Vec<Program<'_>> = programs
+        .into_iter()
+        .map(|p| {
+            if ctx.wants(p.peer) {
+                p
+            } else {
+                Program {
+                    peer: p.peer,
+                    run: Err("left out (--peers)".into()),
+                }
+            }
+        })
+        .collect();
     let mut outcomes: Vec<Outcome> = programs
         .iter()
         .map(|p| Outcome {
@@ -358,6 +422,8 @@ mod tests {
             runs,
             out: std::env::temp_dir(),
             json: true,
+            peers: None,
+            echo_loads: None,
             raw: Vec::new(),
         }
     }
@@ -396,6 +462,47 @@ mod tests {
         assert_eq!(out[1].missing(), "skipped: no Go toolchain");
         assert_eq!(c.raw.len(), 6);
         assert_eq!(c.raw.iter().filter(|l| l["warmup"] == true).count(), 2);
+    }
+
+    #[test]
+    fn peers_left_out_by_the_peers_option_never_run() {
+        let ran = RefCell::new(Vec::new());
+        let ran = &ran;
+        let program = |peer: &'static str| Program {
+            peer,
+            run: Ok(Box::new(move || {
+                ran.borrow_mut().push(peer);
+                Ok(json!({}))
+            }) as RunOnce<'_>),
+        };
+        let mut c = ctx(1);
+        c.peers = Some(vec!["weft".into(), "go".into()]);
+        let out = alternate(
+            &mut c,
+            &ProgressBar::hidden(),
+            "t",
+            json!({}),
+            vec![
+                program("weft"),
+                program("tokio"),
+                program("go"),
+                program("weft, compaction off"),
+                program("weftish"),
+            ],
+        );
+        assert_eq!(
+            *ran.borrow(),
+            [
+                "weft",
+                "go",
+                "weft, compaction off",
+                "weft",
+                "go",
+                "weft, compaction off"
+            ]
+        );
+        assert_eq!(out[1].missing(), "skipped: left out (--peers)");
+        assert_eq!(out[4].missing(), "skipped: left out (--peers)");
     }
 
     #[test]

@@ -595,7 +595,7 @@ const MADVISE_BATCH: usize = 1024;
 ///
 /// The iovec array is on the caller's stack, not the heap: this runs on a worker going idle
 /// after a burst of task exits, and a malloc there made glibc sort every chunk those exits
-/// freed in one go (a millisecond-long stall measured in `time_sleepers`).
+/// freed in one go (a millisecond-long stall measured by `weft-bench sleepers`).
 ///
 /// # Safety
 /// The advice must be harmless to every range (no live data the advice would destroy).

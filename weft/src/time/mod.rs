@@ -23,7 +23,7 @@
 //! succeeds early would otherwise grow a heap without bound), a map gives insert, remove and
 //! "earliest" in O(log n) with ≈40 B per entry, and n is per worker. A hierarchical wheel
 //! would make insert O(1) at the price of coarser precision and much more code; measured
-//! first (1M sleepers: `bench/src/bin/time_sleepers.rs`), the map is not the bottleneck.
+//! first (1M sleepers: `weft-bench sleepers`), the map is not the bottleneck.
 //! Why timer channels without a timer task: a million `after`s would otherwise be a million
 //! parked tasks (stacks) or a shared timer thread (a lock and a cross-thread wake per firing).
 
