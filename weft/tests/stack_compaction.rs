@@ -589,3 +589,87 @@ fn a_dump_of_compacted_tasks_restores_them_first_and_loses_nothing() {
     }
     done.store(true, Ordering::Relaxed);
 }
+
+const OVERFLOW_CHILD: &str = "WEFT_TEST_STACK_OVERFLOW_AFTER_RESTORE_CHILD";
+
+/// A task whose stack was compacted and restored (its guard page then has no marker: the
+/// registration guards it, stack/compact.rs invariant 8) and that then overflows is reported
+/// like any overflow: the task's spawn site, its stack size, the fault address — so the
+/// report ran on the task's own worker thread.
+#[test]
+fn a_restored_task_that_overflows_is_reported() {
+    if std::env::var(OVERFLOW_CHILD).is_ok() {
+        overflow_after_restore_child();
+        return;
+    }
+    let (output, stdout, stderr) = run_child(
+        "a_restored_task_that_overflows_is_reported",
+        &[(OVERFLOW_CHILD, "1")],
+    );
+    if stdout.contains("skipped") {
+        return;
+    }
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        output.status.signal(),
+        Some(libc::SIGABRT),
+        "{stdout}\n{stderr}"
+    );
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("stack overflow"))
+        .unwrap_or_else(|| panic!("no overflow report in: {stderr}"));
+    assert!(
+        line.starts_with("weft: fatal error: stack overflow in task ")
+            && line.contains("tests/stack_compaction.rs:")
+            && line.contains("stack 64 KiB"),
+        "{line}"
+    );
+}
+
+/// Recurses with 1 KiB frames until the guard page stops it.
+#[inline(never)]
+fn recurse_forever(depth: u64) -> u64 {
+    if black_box(depth) == u64::MAX {
+        return 0;
+    }
+    let mut frame = [depth; 128];
+    black_box(&mut frame);
+    recurse_forever(depth + 1) + black_box(frame[0])
+}
+
+fn overflow_after_restore_child() {
+    let _done = watchdog("overflow child", 30);
+    let rt = eager_runtime(2);
+    if !compaction_available() {
+        println!("skipped");
+        return;
+    }
+    let addr = Arc::new(AtomicUsize::new(0));
+    let handle = Arc::new(std::sync::Mutex::new(None));
+    let (published, me) = (addr.clone(), handle.clone());
+    let _task = rt.spawn(move || {
+        weft::task::Builder::new()
+            .stack_size(64 << 10)
+            .spawn(move || {
+                let local = [5u64; 8];
+                *me.lock().unwrap() = Some(weft::task::current());
+                published.store(&local as *const _ as usize, Ordering::Release);
+                weft::task::park();
+                black_box(&local);
+                black_box(recurse_forever(0));
+            })
+            .unwrap()
+    });
+    let local = loop {
+        match addr.load(Ordering::Acquire) {
+            0 => std::thread::sleep(Duration::from_millis(1)),
+            a => break a,
+        }
+    };
+    wait_released(local);
+    let task = handle.lock().unwrap().clone().expect("task handle");
+    task.unpark();
+    std::thread::sleep(Duration::from_secs(10));
+    println!("the overflow did not abort the process");
+}

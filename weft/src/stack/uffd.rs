@@ -20,7 +20,7 @@
 //! access compaction must not break.
 
 use std::io;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::OnceLock;
 
 const UFFDIO_API: libc::c_ulong = 0xc018_aa3f;
@@ -33,6 +33,10 @@ const USERFAULTFD_IOC_NEW: libc::c_ulong = 0xaa00;
 const UFFD_API: u64 = 0xaa;
 const UFFD_USER_MODE_ONLY: libc::c_int = 1;
 const UFFD_FEATURE_PAGEFAULT_FLAG_WP: u64 = 1;
+const UFFD_FEATURE_THREAD_ID: u64 = 1 << 8;
+/// `si_code` of a signal queued by a process to itself (`SI_QUEUE`): the kernel refuses a
+/// fault's own codes from another thread, and passes the rest of the siginfo as given.
+const SI_QUEUE: libc::c_int = -1;
 const UFFDIO_REGISTER_MODE_MISSING: u64 = 1;
 const UFFDIO_REGISTER_MODE_WP: u64 = 2;
 const UFFDIO_WRITEPROTECT_MODE_WP: u64 = 1;
@@ -92,7 +96,9 @@ struct UffdMsg {
     _reserved: [u8; 7],
     flags: u64,
     address: u64,
-    _rest: u64,
+    /// The faulting thread's id, with `UFFD_FEATURE_THREAD_ID`.
+    ptid: u32,
+    _rest: u32,
 }
 
 /// Whether this process can handle faults of kernel-mode accesses too.
@@ -125,17 +131,24 @@ pub(crate) fn open() -> Access {
                 None => return Access::None,
             },
         };
-        let mut api = UffdioApi {
-            api: UFFD_API,
-            features: UFFD_FEATURE_PAGEFAULT_FLAG_WP,
-            ioctls: 0,
-        };
-        // SAFETY: UFFDIO_API reads and writes a `uffdio_api` we own.
-        if unsafe { libc::ioctl(fd, UFFDIO_API, &mut api) } != 0 {
-            // SAFETY: as above.
+        // With the faulting thread's id if the kernel gives it (Linux 4.14), which lets a
+        // restore leave the guard page without a marker (compact.rs invariant 8).
+        let mut fd = fd;
+        let with_ids = handshake(fd, UFFD_FEATURE_PAGEFAULT_FLAG_WP | UFFD_FEATURE_THREAD_ID);
+        if !with_ids {
+            // SAFETY: `fd` is ours; a failed handshake leaves it unusable.
             unsafe { libc::close(fd) };
-            return Access::None;
+            fd = match new_fd(0) {
+                Some(fd) if handshake(fd, UFFD_FEATURE_PAGEFAULT_FLAG_WP) => fd,
+                Some(fd) => {
+                    // SAFETY: as above.
+                    unsafe { libc::close(fd) };
+                    return Access::None;
+                }
+                None => return Access::None,
+            };
         }
+        THREAD_IDS.store(with_ids, Ordering::Relaxed);
         FD.store(fd, Ordering::Release);
         let started = std::thread::Builder::new()
             .name("weft-stack-faults".into())
@@ -146,6 +159,54 @@ pub(crate) fn open() -> Access {
         }
         Access::Full
     })
+}
+
+/// `UFFDIO_API` on a new userfaultfd, asking for `features`; whether the kernel agreed.
+fn handshake(fd: libc::c_int, features: u64) -> bool {
+    let mut api = UffdioApi {
+        api: UFFD_API,
+        features,
+        ioctls: 0,
+    };
+    // SAFETY: UFFDIO_API reads and writes a `uffdio_api` we own.
+    unsafe { libc::ioctl(fd, UFFDIO_API, &mut api) == 0 }
+}
+
+/// Whether fault messages carry the faulting thread's id (`UFFD_FEATURE_THREAD_ID`).
+static THREAD_IDS: AtomicBool = AtomicBool::new(false);
+
+/// Whether the fault thread can raise an overflow on the thread that touched a guard page
+/// without a marker (compact.rs invariant 8).
+pub(crate) fn knows_faulting_threads() -> bool {
+    THREAD_IDS.load(Ordering::Relaxed)
+}
+
+/// Raises SIGSEGV on thread `tid` of this process with `si_addr = addr`, as the kernel does
+/// for a fault at `addr`, so that the stack-overflow handler, running on that thread,
+/// reports the task that overflowed (compact.rs invariant 8). False if the signal could not
+/// be sent.
+pub(crate) fn raise_fault(tid: u32, addr: usize) -> bool {
+    // SAFETY: a zeroed siginfo_t is a valid value.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    info.si_signo = libc::SIGSEGV;
+    info.si_code = SI_QUEUE;
+    // `si_addr` is the first field of the union after the three leading ints, at offset 16
+    // on 64-bit Linux (what `si_addr()` reads).
+    // SAFETY: writes a pointer-sized field inside our own siginfo_t.
+    unsafe { ((&mut info as *mut libc::siginfo_t).cast::<u8>().add(16) as *mut usize).write(addr) };
+    // SAFETY: reads the field just written.
+    debug_assert_eq!(unsafe { info.si_addr() } as usize, addr);
+    // SAFETY: rt_tgsigqueueinfo reads the siginfo we own.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_rt_tgsigqueueinfo,
+            libc::getpid(),
+            tid as libc::pid_t,
+            libc::SIGSEGV,
+            &info as *const libc::siginfo_t,
+        )
+    };
+    rc == 0
 }
 
 /// A new userfaultfd with `flags` (0 or `UFFD_USER_MODE_ONLY`): the syscall, else
@@ -304,6 +365,11 @@ fn serve_faults() {
             continue;
         }
         let write_protected = msg.flags & UFFD_PAGEFAULT_FLAG_WP != 0;
-        super::compact::serve_fault(msg.address as usize, write_protected, &mut scratch);
+        super::compact::serve_fault(
+            msg.address as usize,
+            write_protected,
+            msg.ptid,
+            &mut scratch,
+        );
     }
 }
