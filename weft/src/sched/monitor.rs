@@ -14,8 +14,9 @@
 //! 2. The first time a spawn site stalls a worker, it reports it (once per site, so a hot loop
 //!    cannot flood the log): a [`MonitorReport`] naming the task's id, name and spawn site and
 //!    saying what the worker is doing, read from the kernel (`/proc/self/task/TID/syscall`):
-//!    computing, blocked in a named system call, or waiting on a futex. The report goes to the
-//!    runtime's hook ([`crate::RuntimeBuilder::monitor_report`]), by default stderr; a hook
+//!    computing, blocked in a named system call, or waiting on a futex; for a computing task,
+//!    where it is (`monitor_sample.rs`: a signal makes the worker's thread copy its stack).
+//!    The report goes to the runtime's hook ([`crate::RuntimeBuilder::monitor_report`]), by default stderr; a hook
 //!    that drops it changes nothing in step 1.
 //!
 //! # Idle
@@ -32,7 +33,7 @@
 //! `RestFlag`, checked by loom). The monitor looks again every [`MAX_REST`] anyway, and rests
 //! on if every worker still sleeps.
 //!
-//! May call: `sched` (Shared, Remote). Called by: `sched/runtime.rs` (start, stop),
+//! May call: `sched` (Shared, Remote; `monitor_sample` for a computing task's frames). Called by: `sched/runtime.rs` (start, stop),
 //! `sched/worker.rs` (`Rest::worker_awake`).
 //!
 //! Why a thread of its own: a stuck worker cannot report itself, and the other workers may all
@@ -90,6 +91,10 @@ pub struct MonitorReport {
     pub stuck_for: Duration,
     /// What the worker's thread is doing.
     pub activity: StuckActivity,
+    /// Where the task is, for a computing one: the interrupted function first, then callers
+    /// found by scanning its stack for return addresses (best effort: a stale return address
+    /// of a dead frame can show up among them). `None` when no sample was taken.
+    pub backtrace: Option<crate::debug::Backtrace>,
 }
 
 impl std::fmt::Display for MonitorReport {
@@ -135,7 +140,16 @@ impl std::fmt::Display for MonitorReport {
         write!(
             f,
             ". Tasks queued behind it that have not started move to other workers"
-        )
+        )?;
+        if let Some(backtrace) = self.backtrace.as_ref().filter(|b| !b.frames.is_empty()) {
+            let text = backtrace.to_string();
+            write!(
+                f,
+                "\nweft: where the task is (its stack, scanned):\n{}",
+                text.trim_end()
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -276,9 +290,18 @@ struct Sample {
 /// site for the whole process, not per runtime (a program that builds runtimes in a loop would
 /// otherwise repeat it).
 fn first_warning_for(site: usize) -> bool {
+    warned_sites(|warned| warned.insert(site))
+}
+
+/// Whether a spawn site was reported already (the sample is taken only for a report).
+fn warned_before(site: usize) -> bool {
+    warned_sites(|warned| warned.contains(&site))
+}
+
+fn warned_sites<R>(f: impl FnOnce(&mut HashSet<usize>) -> R) -> R {
     static WARNED: std::sync::Mutex<Option<HashSet<usize>>> = std::sync::Mutex::new(None);
     let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
-    warned.get_or_insert_with(HashSet::new).insert(site)
+    f(warned.get_or_insert_with(HashSet::new))
 }
 
 /// Step 1 of the rest handshake: rests if every worker sleeps, and returns once woken.
@@ -373,6 +396,12 @@ fn watch(
                 .unwrap_or_else(|e| e.into_inner())
                 .clone();
             let activity = read_activity(remote);
+            let backtrace = match activity {
+                StuckActivity::Computing if !warned_before(site as usize) => {
+                    super::monitor_sample::sample(remote.tid.load(Ordering::Relaxed))
+                }
+                _ => None,
+            };
             // The worker may have moved on while we read: report only a task still stuck.
             if remote.resumes.load(Ordering::Relaxed) != resumes {
                 continue;
@@ -388,6 +417,7 @@ fn watch(
                     spawn_site,
                     stuck_for,
                     activity,
+                    backtrace,
                 });
             }
         }

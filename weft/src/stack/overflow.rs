@@ -148,19 +148,22 @@ extern "C" fn handle_fault(
     }
 }
 
-/// The instruction pointer of the interrupted context a signal handler got.
-pub(crate) fn context_pc(context: *mut libc::c_void) -> Option<usize> {
+/// The instruction and stack pointers of the interrupted context a signal handler got.
+pub(crate) fn context_pc_sp(context: *mut libc::c_void) -> Option<(usize, usize)> {
     if context.is_null() {
         return None;
     }
     let context = context.cast::<libc::ucontext_t>();
-    // SAFETY: the kernel passes a valid ucontext_t to SA_SIGINFO handlers; we read one field.
+    // SAFETY: the kernel passes a valid ucontext_t to SA_SIGINFO handlers; we read two fields.
     #[cfg(target_arch = "x86_64")]
-    let pc = unsafe { (*context).uc_mcontext.gregs[libc::REG_RIP as usize] } as usize;
+    let (pc, sp) = unsafe {
+        let gregs = &(*context).uc_mcontext.gregs;
+        (gregs[libc::REG_RIP as usize], gregs[libc::REG_RSP as usize])
+    };
     // SAFETY: as above.
     #[cfg(target_arch = "aarch64")]
-    let pc = unsafe { (*context).uc_mcontext.pc } as usize;
-    Some(pc)
+    let (pc, sp) = unsafe { ((*context).uc_mcontext.pc, (*context).uc_mcontext.sp) };
+    Some((pc as usize, sp as usize))
 }
 
 /// The overflow report's backtrace, after its first line (module doc, "Why a backtrace in a
@@ -186,7 +189,7 @@ fn write_backtrace(context: *mut libc::c_void) {
         libc::sigaction(libc::SIGALRM, &action, std::ptr::null_mut());
         libc::alarm(BACKTRACE_TIME_LIMIT_S);
     }
-    let pc = context_pc(context);
+    let pc = context_pc_sp(context).map(|(pc, _)| pc);
     let mut ips = [0usize; MAX_REPORT_FRAMES];
     let mut len = 0;
     let mut reached = false;
