@@ -55,6 +55,42 @@ fn a_compute_loop_is_reported_as_computing_by_name() {
     );
 }
 
+/// Computes until `until` without parking: the frame a report must name.
+#[inline(never)]
+fn crunch_numbers(until: std::time::Instant) -> u64 {
+    let mut x = 0u64;
+    while std::time::Instant::now() < until {
+        for _ in 0..1000 {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+    }
+    x
+}
+
+#[test]
+fn a_computing_task_s_report_shows_the_function_that_computes() {
+    let (rt, rx) = runtime(1);
+    let h = rt.spawn(|| crunch_numbers(std::time::Instant::now() + Duration::from_millis(300)));
+    let report = next_report(&rx);
+    h.join().unwrap();
+    assert_eq!(report.activity, StuckActivity::Computing, "{report}");
+    let backtrace = report
+        .backtrace
+        .as_ref()
+        .unwrap_or_else(|| panic!("no backtrace: {report}"));
+    assert!(
+        backtrace
+            .frames
+            .iter()
+            .any(|f| f.function.starts_with("monitor_reports::crunch_numbers")),
+        "{report}"
+    );
+    let text = report.to_string();
+    eprintln!("{text}");
+    assert!(text.contains("where the task is"), "{text}");
+    assert!(text.contains("monitor_reports::crunch_numbers"), "{text}");
+}
+
 #[test]
 fn a_blocking_std_net_read_is_reported_with_its_system_call() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

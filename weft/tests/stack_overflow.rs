@@ -1,5 +1,6 @@
-//! A task that overflows its stack is reported — id, name, spawn site, stack size — and the
-//! process aborts. Checked in a child process: the test binary runs itself with an env var.
+//! A task that overflows its stack is reported — id, name, spawn site, stack size, then the
+//! frames where it overflowed — and the process aborts. Checked in a child process: the test
+//! binary runs itself with an env var.
 
 use std::hint::black_box;
 use std::process::Command;
@@ -69,7 +70,7 @@ fn run_child(case: &str) -> (Option<i32>, String) {
     )
 }
 
-fn check(case: &str) {
+fn check(case: &str, function: &str) {
     if let Ok(case) = std::env::var(CHILD_ENV) {
         child(&case);
     }
@@ -91,14 +92,30 @@ fn check(case: &str) {
         1,
         "one line only: {stderr}"
     );
+    // After that line, the backtrace: raw addresses first, then symbolized frames, the
+    // innermost in the function that overflowed.
+    let (_, after) = stderr.split_once(line).unwrap();
+    assert!(
+        after.contains("weft: the overflowing task's frames, raw: 0x"),
+        "{stderr}"
+    );
+    let (_, frames) = after
+        .split_once("weft: where the task overflowed:\n")
+        .unwrap_or_else(|| panic!("no symbolized frames in: {stderr}"));
+    let first = frames.lines().next().unwrap_or_default().trim();
+    assert!(
+        first.starts_with(&format!("stack_overflow::{function}")),
+        "innermost frame {first:?}: {stderr}"
+    );
+    assert!(frames.contains("tests/stack_overflow.rs:"), "{stderr}");
 }
 
 #[test]
 fn overflow_recurse() {
-    check("recurse");
+    check("recurse", "recurse");
 }
 
 #[test]
 fn overflow_huge_frame() {
-    check("huge_frame");
+    check("huge_frame", "huge_frame");
 }

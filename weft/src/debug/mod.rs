@@ -46,6 +46,7 @@ pub(crate) use capture::{
 pub use http::{serve, DebugServer, MAX_REQUEST};
 pub(crate) use signal::action_from_env;
 pub use signal::{install_sigquit, SigquitAction};
+pub(crate) use symbolize::report_backtrace;
 
 use std::panic::Location;
 use std::sync::{Arc, Mutex, Weak};
@@ -178,6 +179,20 @@ pub struct Dump {
     pub workers: Vec<usize>,
     /// How long capturing and symbolizing took.
     pub elapsed: Duration,
+}
+
+impl std::fmt::Display for Backtrace {
+    /// One frame a line, `    function` then `        at file:line:column`, as in a dump.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for frame in &self.frames {
+            writeln!(f, "    {}", frame.function)?;
+            if let Some(file) = &frame.file {
+                let (line, column) = (frame.line.unwrap_or(0), frame.column.unwrap_or(0));
+                writeln!(f, "        at {file}:{line}:{column}")?;
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Dump {

@@ -70,17 +70,7 @@ fn human_bytes(bytes: usize) -> String {
 fn write_backtrace(out: &mut String, backtrace: Option<&Backtrace>, task: &TaskDump) {
     match backtrace {
         Some(backtrace) if !backtrace.frames.is_empty() => {
-            for frame in &backtrace.frames {
-                let _ = writeln!(out, "    {}", frame.function);
-                if let Some(file) = &frame.file {
-                    let _ = writeln!(
-                        out,
-                        "        at {file}:{}:{}",
-                        frame.line.unwrap_or(0),
-                        frame.column.unwrap_or(0)
-                    );
-                }
-            }
+            let _ = write!(out, "{backtrace}");
         }
         Some(_) => {
             let _ = writeln!(out, "    (no frames: built without unwind info?)");

@@ -118,6 +118,20 @@ pub(crate) fn build(raw: RawDump, caller: Option<u64>) -> Dump {
     dump
 }
 
+/// Symbolizes the raw stack of a fatal report (stack overflow, stuck worker), innermost
+/// first, with the same trimming as a dump's. `ips` are return addresses except the first
+/// when `first_is_pc` (a faulting or interrupted instruction, not a call's return).
+pub(crate) fn report_backtrace(ips: &[usize], first_is_pc: bool) -> Backtrace {
+    let mut ips = ips.to_vec();
+    if first_is_pc {
+        if let Some(first) = ips.first_mut() {
+            // `resolve` looks up the byte before its argument.
+            *first += 1;
+        }
+    }
+    symbolize(&ips, &mut HashMap::new())
+}
+
 /// Symbolizes one raw stack and trims weft's frames from both ends.
 fn symbolize(ips: &[usize], symbols: &mut HashMap<usize, Vec<Frame>>) -> Backtrace {
     let mut frames = Vec::new();

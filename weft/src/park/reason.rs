@@ -5,15 +5,16 @@
 //! Invariants:
 //! 1. Every park site passes its own variant; a variant is never reused for another kind of
 //!    wait (STYLE.md rule 5), so a dump grouped by reason tells the sites apart.
-//! 2. The reason costs nothing while the task waits: it is an argument of the park call, kept
-//!    in the parking frame, and read only when a dump captures the task (sched/worker.rs,
-//!    "Capturing a parked task").
+//! 2. The reason costs nothing, at the park or while the task waits: it is a constant
+//!    argument of the park call (the park is inlined into each site), materialised only on
+//!    the cold path that answers a dump's capture (sched/worker.rs, "Capturing a parked
+//!    task").
 //!
 //! May call: nothing. Called by: every park site (`chan`, `sync`, `time`, `net`, `task`), and
 //! `debug`, which renders it.
 //!
 //! Why an argument rather than a field of the task header written at every park: the ping-pong
-//! path parks twice per round trip, and a store there is measurable; a register costs nothing.
+//! path parks twice per round trip, and a store there is measurable; a constant costs nothing.
 
 use std::fmt;
 

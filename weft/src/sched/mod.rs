@@ -45,6 +45,8 @@ pub(crate) mod io;
 #[cfg(not(loom))]
 mod monitor;
 #[cfg(not(loom))]
+mod monitor_sample;
+#[cfg(not(loom))]
 pub(crate) mod stats;
 #[cfg(not(loom))]
 mod worker;

@@ -14,10 +14,11 @@
 //! 2. The first time a spawn site stalls a worker, it reports it (once per site, so a hot loop
 //!    cannot flood the log): a [`MonitorReport`] naming the task's id, name and spawn site and
 //!    saying what the worker is doing, read from the kernel (`/proc/self/task/TID/syscall`):
-//!    computing, blocked in a named system call, or waiting on a futex. The report goes to the
-//!    runtime's hook ([`crate::RuntimeBuilder::monitor_report`]), by default stderr (with
-//!    the `log` feature and a logger installed, `log::warn!` with target `weft::monitor`); a
-//!    hook that drops it changes nothing in step 1.
+//!    computing, blocked in a named system call, or waiting on a futex; for a computing task,
+//!    where it is (`monitor_sample.rs`: a signal makes the worker's thread copy its stack).
+//!    The report goes to the runtime's hook ([`crate::RuntimeBuilder::monitor_report`]), by
+//!    default stderr (with the `log` feature and a logger installed, `log::warn!` with target
+//!    `weft::monitor`); a hook that drops it changes nothing in step 1.
 //!
 //! # Idle
 //! With every worker asleep there is nothing to watch, and ticking every 5 ms cost ≈4 ms of CPU
@@ -33,7 +34,7 @@
 //! `RestFlag`, checked by loom). The monitor looks again every [`MAX_REST`] anyway, and rests
 //! on if every worker still sleeps.
 //!
-//! May call: `sched` (Shared, Remote). Called by: `sched/runtime.rs` (start, stop),
+//! May call: `sched` (Shared, Remote; `monitor_sample` for a computing task's frames). Called by: `sched/runtime.rs` (start, stop),
 //! `sched/worker.rs` (`Rest::worker_awake`).
 //!
 //! Why a thread of its own: a stuck worker cannot report itself, and the other workers may all
@@ -91,6 +92,10 @@ pub struct MonitorReport {
     pub stuck_for: Duration,
     /// What the worker's thread is doing.
     pub activity: StuckActivity,
+    /// Where the task is, for a computing one: the interrupted function first, then callers
+    /// found by scanning its stack for return addresses (best effort: a stale return address
+    /// of a dead frame can show up among them). `None` when no sample was taken.
+    pub backtrace: Option<crate::debug::Backtrace>,
 }
 
 impl std::fmt::Display for MonitorReport {
@@ -119,11 +124,21 @@ impl std::fmt::Display for MonitorReport {
                     Some(name) => write!(f, ": it is blocked in the kernel in {name}(2)")?,
                     None => write!(f, ": it is blocked in the kernel in system call {number}")?,
                 }
-                write!(
-                    f,
-                    ", and every task of that worker with it. Use weft::net and weft::time \
-                     instead of std's, or make the call through weft::task::spawn_blocking"
-                )?
+                if name.is_some_and(is_memory_call) {
+                    // Not a call that waits for the world: the allocator growing its heap or
+                    // weft giving stack memory back, slow when the machine is.
+                    write!(
+                        f,
+                        ", managing memory; on a loaded machine this can take milliseconds \
+                         and is not a blocking call of the task's"
+                    )?
+                } else {
+                    write!(
+                        f,
+                        ", and every task of that worker with it. Use weft::net and weft::time \
+                         instead of std's, or make the call through weft::task::spawn_blocking"
+                    )?
+                }
             }
             StuckActivity::Futex => write!(
                 f,
@@ -136,7 +151,16 @@ impl std::fmt::Display for MonitorReport {
         write!(
             f,
             ". Tasks queued behind it that have not started move to other workers"
-        )
+        )?;
+        if let Some(backtrace) = self.backtrace.as_ref().filter(|b| !b.frames.is_empty()) {
+            let text = backtrace.to_string();
+            write!(
+                f,
+                "\nweft: where the task is (its stack, scanned):\n{}",
+                text.trim_end()
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -188,6 +212,12 @@ fn parse_activity(text: &str) -> StuckActivity {
     }
 }
 
+/// System calls that manage this process's memory (the allocator, weft's stacks), which a
+/// worker is seen in while the kernel is slow, not because its task blocks.
+fn is_memory_call(name: &str) -> bool {
+    matches!(name, "mmap" | "munmap" | "mprotect" | "madvise" | "brk")
+}
+
 /// Names of the system calls a task is likely to block a worker in.
 fn syscall_name(number: i64) -> Option<&'static str> {
     const NAMES: &[(i64, &str)] = &[
@@ -215,6 +245,12 @@ fn syscall_name(number: i64) -> Option<&'static str> {
         (libc::SYS_wait4, "wait4"),
         (libc::SYS_flock, "flock"),
         (libc::SYS_fcntl, "fcntl"),
+        (libc::SYS_mmap, "mmap"),
+        (libc::SYS_munmap, "munmap"),
+        (libc::SYS_mprotect, "mprotect"),
+        (libc::SYS_madvise, "madvise"),
+        (libc::SYS_brk, "brk"),
+        (libc::SYS_ioctl, "ioctl"),
         #[cfg(target_arch = "x86_64")]
         (libc::SYS_poll, "poll"),
         #[cfg(target_arch = "x86_64")]
@@ -291,9 +327,18 @@ struct Sample {
 /// site for the whole process, not per runtime (a program that builds runtimes in a loop would
 /// otherwise repeat it).
 fn first_warning_for(site: usize) -> bool {
+    warned_sites(|warned| warned.insert(site))
+}
+
+/// Whether a spawn site was reported already (the sample is taken only for a report).
+fn warned_before(site: usize) -> bool {
+    warned_sites(|warned| warned.contains(&site))
+}
+
+fn warned_sites<R>(f: impl FnOnce(&mut HashSet<usize>) -> R) -> R {
     static WARNED: std::sync::Mutex<Option<HashSet<usize>>> = std::sync::Mutex::new(None);
     let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
-    warned.get_or_insert_with(HashSet::new).insert(site)
+    f(warned.get_or_insert_with(HashSet::new))
 }
 
 /// Step 1 of the rest handshake: rests if every worker sleeps, and returns once woken.
@@ -388,6 +433,12 @@ fn watch(
                 .unwrap_or_else(|e| e.into_inner())
                 .clone();
             let activity = read_activity(remote);
+            let backtrace = match activity {
+                StuckActivity::Computing if !warned_before(site as usize) => {
+                    super::monitor_sample::sample(remote.tid.load(Ordering::Relaxed))
+                }
+                _ => None,
+            };
             // The worker may have moved on while we read: report only a task still stuck.
             if remote.resumes.load(Ordering::Relaxed) != resumes {
                 continue;
@@ -403,6 +454,7 @@ fn watch(
                     spawn_site,
                     stuck_for,
                     activity,
+                    backtrace,
                 });
             }
         }

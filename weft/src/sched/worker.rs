@@ -26,8 +26,9 @@
 //! 1. The worker takes a snapshot of the task's park state (PARKED or not), sets the task's
 //!    `Header::capture` to its capture buffer, resumes the coroutine, and clears it again.
 //! 2. The task is inside `suspend` (a park or a yield): it sees the capture, records its
-//!    instruction pointers, stack pointer and — for a park — the `ParkReason` and park time
-//!    its parking frame holds (`debug::record`), and suspends again with the same `Suspend`.
+//!    instruction pointers, stack pointer and — for a park — the `ParkReason` (a constant of
+//!    the park site, passed to this cold path only) and the park time its parking frame holds
+//!    (`debug::record`), and suspends again with the same `Suspend`.
 //!    It does not return from `suspend`, so `ParkState::resumed`, the cancellation check and
 //!    the caller's re-check never run: the wake is invisible to it.
 //! 3. The worker does not call `publish_parked` after a capture: the park state was never
@@ -140,17 +141,19 @@ pub(crate) fn suspend_current(reason: Suspend) -> bool {
 
 /// Switches from the running task, whose header is `header`, back to its worker, until it is
 /// resumed to run: the resumes of a dump in between do not return from here ("Capturing a
-/// parked task" step 2). `site` is what a park waits on; `None` for a yield.
+/// parked task" step 2). `site` is what a park waits on and since when; `None` for a yield.
 #[inline]
-fn suspend(header: &Header, reason: Suspend, site: Option<&ParkSite>) {
+fn suspend(header: &Header, reason: Suspend, site: Option<(ParkReason, &ParkSite)>) {
     let yielder = header.yielder.get();
     // SAFETY: `header` is the running task's (callers got it from `current_header`), and its
     // yielder lives at the root of this task's stack, the stack we run on now.
-    let yielder = unsafe { &*yielder };
-    stack::switch_out(yielder, reason, &header.stack);
-    // One load of a header line the park already touched, on every resume.
+    stack::switch_out(unsafe { &*yielder }, reason, &header.stack);
+    // One load of a header line the park already touched, on every resume. Nothing else
+    // lives across the switch for it: the cold path reloads the yielder from the header,
+    // `site`'s clock is a slot of the parking frame, and its reason a constant of the park
+    // site (park_task is inlined into each), materialised only on the cold path.
     if header.capture.get().is_some() {
-        answer_captures(header, yielder, reason, site);
+        answer_captures(header, reason, site);
     }
 }
 
@@ -158,12 +161,9 @@ fn suspend(header: &Header, reason: Suspend, site: Option<&ParkSite>) {
 /// resumes this task for captures; returns at the first resume to run.
 #[cold]
 #[inline(never)]
-fn answer_captures(
-    header: &Header,
-    yielder: &corosensei::Yielder<(), Suspend>,
-    reason: Suspend,
-    site: Option<&ParkSite>,
-) {
+fn answer_captures(header: &Header, reason: Suspend, site: Option<(ParkReason, &ParkSite)>) {
+    // SAFETY: as in `suspend`: the running task's yielder, at the root of this stack.
+    let yielder = unsafe { &*header.yielder.get() };
     while let Some(capture) = header.capture.get() {
         crate::debug::record(capture, site);
         // Through `switch_out`, so that the stack pointer the stack layer keeps is this
@@ -192,9 +192,6 @@ pub(crate) fn park_current_task(reason: ParkReason) -> bool {
 /// (a switched-out task's deadline is a timer entry: `park_current_task_until`).
 #[inline]
 fn park_task(worker: &Worker, header: &Header, deadline: Option<Instant>, reason: ParkReason) {
-    // Kept in this frame for a dump to read ("Capturing a parked task"); the clock is the
-    // worker's coarse one (`Worker::clock`), not a clock read per park.
-    let site = ParkSite::new(reason, worker.clock.get());
     // Whether this task is unwinding, for the checks after it resumes: only now is the
     // thread's panic state surely its own ("Parking while panicking").
     let panicking = std::thread::panicking();
@@ -206,7 +203,10 @@ fn park_task(worker: &Worker, header: &Header, deadline: Option<Instant>, reason
     if panicking && !shutting_down() {
         block_thread(header, deadline);
     } else {
-        suspend(header, Suspend::Park, Some(&site));
+        // Kept in this frame for a dump to read ("Capturing a parked task"); the clock is
+        // the worker's coarse one (`Worker::clock`), not a clock read per park.
+        let site = ParkSite::new(worker.clock.get());
+        suspend(header, Suspend::Park, Some((reason, &site)));
     }
     header.park.resumed();
     unwind_if_cancelled(header);
@@ -596,7 +596,7 @@ pub(crate) struct Worker {
     spawns_this_resume: Cell<u32>,
     /// `remote.running_name` holds a name (see there).
     named_running: Cell<bool>,
-    /// A coarse clock for the park time a dump shows: refreshed after each sleep and every
+    /// A coarse clock for the park time a dump shows (a `debug::clock_now` word): refreshed after each sleep and every
     /// `INJECTOR_INTERVAL` picks, so a park costs a load instead of a clock read (≈25–40 ns in
     /// this VM, a fifth of a ping-pong round trip). A park's time may read early by up to
     /// that many task runs.

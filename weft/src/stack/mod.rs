@@ -83,7 +83,8 @@ pub(crate) use region::regions;
 
 pub(crate) use compact::{calibrate, switch_out, LiveStack, ParkedStack, ParkedStacks};
 
-pub(crate) use overflow::{install_handler, set_running, AltStack, DescribeTask};
+pub(crate) use overflow::{context_pc_sp, install_handler, set_running, AltStack, DescribeTask};
+pub(crate) use region::slot_of;
 
 use std::collections::VecDeque;
 use std::io;

@@ -7,8 +7,10 @@
 //!
 //! Invariants:
 //! 1. The handler runs on an alternate stack (`SA_ONSTACK`): the faulting stack has no room.
-//! 2. The handler allocates nothing and takes no lock: it formats into a fixed buffer and
-//!    writes it with `write(2)`.
+//! 2. The report's first line — the task, its stack size, the fault address — is formatted
+//!    into a fixed buffer and written with `write(2)` before anything else: no allocation, no
+//!    lock, so it is never lost. Only then, best effort, comes the backtrace ("Why a
+//!    backtrace in a signal handler" below).
 //! 3. `RUNNING` points at a live description while its task runs on this thread, and is null
 //!    otherwise (the worker sets and clears it around each resume).
 //!
@@ -17,6 +19,16 @@
 //!
 //! Why our own handler: std's handler only knows thread stacks (it dies with a bare SIGSEGV on a
 //! task's guard page), and corosensei installs none.
+//!
+//! Why a backtrace in a signal handler: the process aborts right after, and where the task
+//! recursed is what its author needs. Unwinding (libgcc's `_Unwind_Backtrace`, through the
+//! kernel's signal frame into the task's frames) and symbolizing (`debug::report_backtrace`:
+//! parses debug info, allocates) are not async-signal-safe: a lock the faulting thread held —
+//! the allocator's, the loader's — would hang them. So the handler (a) writes the essential
+//! line first, (b) arms `alarm(2)` with SIGALRM at its default action, so a hang ends the
+//! process after [`BACKTRACE_TIME_LIMIT_S`] instead of never, (c) writes the raw instruction
+//! pointers before symbolizing them, and (d) runs all this on a larger alternate stack
+//! ([`ALT_STACK_SIZE`]), which the symbolizer's deep calls need.
 
 use std::cell::Cell;
 use std::fmt::{self, Write as _};
@@ -40,8 +52,16 @@ pub(crate) fn set_running(task: Option<*const dyn DescribeTask>) {
     RUNNING.with(|r| r.set(task));
 }
 
-/// Bytes of each worker's alternate signal stack: room to format one line plus libc's needs.
-const ALT_STACK_SIZE: usize = 64 << 10;
+/// Bytes of each worker's alternate signal stack: room to format one line plus libc's needs,
+/// and to unwind and symbolize the overflowing task's frames. Mapped lazily: only the pages
+/// a handler touches are ever backed.
+const ALT_STACK_SIZE: usize = 256 << 10;
+
+/// Seconds the overflow report's backtrace may take before SIGALRM ends the process.
+const BACKTRACE_TIME_LIMIT_S: u32 = 10;
+
+/// The most frames the overflow report shows.
+const MAX_REPORT_FRAMES: usize = 64;
 
 /// The previous SIGSEGV and SIGBUS actions, for faults outside task guard pages.
 static mut PREVIOUS_SEGV: std::mem::MaybeUninit<libc::sigaction> = std::mem::MaybeUninit::zeroed();
@@ -94,6 +114,7 @@ extern "C" fn handle_fault(
         }
         let _ = writeln!(line, ", stack {} KiB); fault at {addr:#x}", slot_size >> 10);
         line.write_to_stderr();
+        write_backtrace(context);
         // SAFETY: abort is async-signal-safe.
         unsafe { libc::abort() };
     }
@@ -125,6 +146,93 @@ extern "C" fn handle_fault(
         let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
         f(signal);
     }
+}
+
+/// The instruction and stack pointers of the interrupted context a signal handler got.
+pub(crate) fn context_pc_sp(context: *mut libc::c_void) -> Option<(usize, usize)> {
+    if context.is_null() {
+        return None;
+    }
+    let context = context.cast::<libc::ucontext_t>();
+    // SAFETY: the kernel passes a valid ucontext_t to SA_SIGINFO handlers; we read two fields.
+    #[cfg(target_arch = "x86_64")]
+    let (pc, sp) = unsafe {
+        let gregs = &(*context).uc_mcontext.gregs;
+        (gregs[libc::REG_RIP as usize], gregs[libc::REG_RSP as usize])
+    };
+    // SAFETY: as above.
+    #[cfg(target_arch = "aarch64")]
+    let (pc, sp) = unsafe { ((*context).uc_mcontext.pc, (*context).uc_mcontext.sp) };
+    Some((pc as usize, sp as usize))
+}
+
+/// The overflow report's backtrace, after its first line (module doc, "Why a backtrace in a
+/// signal handler"): the frames from the faulting instruction outwards.
+fn write_backtrace(context: *mut libc::c_void) {
+    // SAFETY: sigaltstack with a null new stack only reads the current one (async-signal-safe).
+    let room = unsafe {
+        let mut current: libc::stack_t = std::mem::zeroed();
+        libc::sigaltstack(std::ptr::null(), &mut current) == 0 && current.ss_size >= ALT_STACK_SIZE
+    };
+    if !room {
+        // Not one of weft's alternate stacks (a thread that is no worker touched a guard
+        // page): std's is a few KiB, and unwinding on it would overflow it.
+        let message = "weft: (no backtrace: this thread's signal stack is too small)\n";
+        // SAFETY: writes a static string; write(2) is async-signal-safe.
+        unsafe { libc::write(2, message.as_ptr().cast(), message.len()) };
+        return;
+    }
+    // SAFETY: resetting a disposition and arming the alarm are async-signal-safe.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(libc::SIGALRM, &action, std::ptr::null_mut());
+        libc::alarm(BACKTRACE_TIME_LIMIT_S);
+    }
+    let pc = context_pc_sp(context).map(|(pc, _)| pc);
+    let mut ips = [0usize; MAX_REPORT_FRAMES];
+    let mut len = 0;
+    let mut reached = false;
+    // SAFETY: `trace_unsynchronized` asks that no other thread use the unwinder unsynchronised
+    // where it is not thread-safe (dbghelp on Windows); libgcc's is thread-safe. The handler's
+    // own frames and the signal trampoline come first: skipped until the faulting pc.
+    unsafe {
+        backtrace::trace_unsynchronized(|frame| {
+            let ip = frame.ip() as usize;
+            if !reached {
+                reached = Some(ip) == pc;
+                if !reached {
+                    return true;
+                }
+            }
+            ips[len] = ip;
+            len += 1;
+            len < MAX_REPORT_FRAMES
+        });
+    }
+    if !reached {
+        // The unwinder did not cross the signal frame: the faulting pc at least.
+        let Some(pc) = pc else { return };
+        ips[0] = pc;
+        len = 1;
+    }
+    let mut line = LineBuffer::new();
+    let _ = write!(line, "weft: the overflowing task's frames, raw:");
+    for ip in &ips[..len] {
+        if line.len + 20 > line.bytes.len() {
+            let _ = writeln!(line);
+            line.write_to_stderr();
+            line = LineBuffer::new();
+            let _ = write!(line, "weft:");
+        }
+        let _ = write!(line, " {ip:#x}");
+    }
+    let _ = writeln!(line);
+    line.write_to_stderr();
+    let backtrace = crate::debug::report_backtrace(&ips[..len], true);
+    let text = format!("weft: where the task overflowed:\n{backtrace}");
+    // SAFETY: writes initialised bytes of our own string; write(2) is async-signal-safe.
+    unsafe { libc::write(2, text.as_ptr().cast(), text.len()) };
 }
 
 /// A fixed buffer that `fmt::Write` can fill without allocating (invariant 2).
