@@ -46,7 +46,7 @@ pub(crate) use capture::{
 pub use http::{serve, DebugServer, MAX_REQUEST};
 pub(crate) use signal::action_from_env;
 pub use signal::{install_sigquit, SigquitAction};
-pub(crate) use symbolize::report_backtrace;
+pub(crate) use symbolize::{release_symbolizer, report_backtrace};
 
 use std::panic::Location;
 use std::sync::{Arc, Mutex, Weak};

@@ -132,6 +132,17 @@ pub(crate) fn report_backtrace(ips: &[usize], first_is_pc: bool) -> Backtrace {
     symbolize(&ips, &mut HashMap::new())
 }
 
+/// Gives back the memory symbolizing took: the symbolizer's caches of parsed debug info and
+/// mapped debug files, then the allocator's free pages (glibc keeps freed memory otherwise).
+pub(crate) fn release_symbolizer() {
+    backtrace::clear_symbol_cache();
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free memory of the allocator's arenas to the kernel.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Symbolizes one raw stack and trims weft's frames from both ends.
 fn symbolize(ips: &[usize], symbols: &mut HashMap<usize, Vec<Frame>>) -> Backtrace {
     let mut frames = Vec::new();
