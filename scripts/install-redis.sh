@@ -5,16 +5,6 @@
 # on success; non-zero with a reason on stderr otherwise (the test then reports itself skipped).
 set -euo pipefail
 if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
-  if ! command -v apt-get >/dev/null; then
-    echo "install-redis: no apt-get on this machine" >&2
-    exit 1
-  fi
-  if [ "$(id -u)" != 0 ]; then
-    echo "install-redis: apt-get needs root" >&2
-    exit 1
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >&2
-  apt-get install -y -qq --no-install-recommends redis-server >&2
+  "$(dirname "$0")/apt-install.sh" install-redis redis-server
 fi
 command -v redis-server

@@ -1,0 +1,3 @@
+module weft.bench/http
+
+go 1.22
