@@ -307,8 +307,14 @@ pub(crate) fn switch_out<I, Y>(
 /// calibration failed or has not run. Set once, by [`calibrate`].
 static MARGIN: OnceLock<Option<usize>> = OnceLock::new();
 
-/// Most bytes of switch frames the calibration accepts.
-const MAX_MARGIN: usize = 1024;
+/// Most bytes of switch frames the calibration accepts. Well inside the probe's poisoned
+/// span ([`PROBE_POISON`]), so that a switch reaching deeper than the span — which the probe
+/// could only under-measure — fails the calibration instead. A release build measures
+/// ≈100 B; an AddressSanitizer build (scripts/asan.sh) ≈3 KB, whose images are that much
+/// larger.
+const MAX_MARGIN: usize = PROBE_POISON - 512;
+/// Bytes below its stack pointer that a calibration probe fills with its pattern.
+const PROBE_POISON: usize = 4096;
 /// Slack added to the measured depth.
 const MARGIN_SLACK: usize = 64;
 
@@ -340,7 +346,7 @@ pub(crate) fn calibrate<Y: Copy + 'static>(value: Y) {
 
 /// One calibration run: bytes between the recorded pointer and the lowest changed byte.
 fn probe_depth<Y: Copy + 'static>(value: Y, pattern: u8, out_of_line: bool) -> Option<usize> {
-    const POISON: usize = 4096;
+    const POISON: usize = PROBE_POISON;
     let stack = ProbeStack::new()?;
     let record = ParkedStack::default();
     let record_ptr: *const ParkedStack = &record;
@@ -350,9 +356,10 @@ fn probe_depth<Y: Copy + 'static>(value: Y, pattern: u8, out_of_line: bool) -> O
         corosensei::Coroutine::<(), Y, (), ProbeStack>::with_stack(stack, move |yielder, ()| {
             let here = current_sp();
             let low = here - POISON;
-            // SAFETY: `[low, here)` lies in this coroutine's own scratch stack (64 KiB, we are
-            // at its top), below the stack pointer: no live data is there.
-            unsafe { std::ptr::write_bytes(low as *mut u8, pattern, POISON - 64) };
+            // SAFETY: `[low, here - 64)` lies in this coroutine's own scratch stack (64 KiB,
+            // we are at its top), below the stack pointer: no live data is there, and the fill
+            // itself uses no stack (see `fill_below_sp`).
+            unsafe { fill_below_sp(low, POISON - 64, pattern) };
             // SAFETY: both cells outlive the coroutine, which finishes before they drop.
             let (poisoned, record) = unsafe { (&*poisoned_ptr, &*record_ptr) };
             poisoned.set(low);
@@ -384,6 +391,96 @@ fn probe_depth<Y: Copy + 'static>(value: Y, pattern: u8, out_of_line: bool) -> O
         let _ = coroutine.resume(());
     }
     depth
+}
+
+/// Writes `len` bytes of `pattern` from `start`, below the caller's stack pointer, without
+/// touching the stack: a `memset` call would put its own frames there (AddressSanitizer's
+/// interceptor did, and overwrote its return address with the pattern), so the fill is a
+/// loop of stores in inline assembly.
+///
+/// # Safety
+/// `[start, start + len)` is writable and holds nothing live.
+#[inline(always)]
+unsafe fn fill_below_sp(start: usize, len: usize, pattern: u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the caller's contract; `rep stosb` writes `rcx` bytes of `al` from `rdi` and
+    // uses no stack.
+    unsafe {
+        std::arch::asm!(
+            "rep stosb",
+            inout("rdi") start => _,
+            inout("rcx") len => _,
+            in("al") pattern,
+            options(nostack, preserves_flags)
+        )
+    };
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: the caller's contract; a loop of byte stores that uses no stack.
+    unsafe {
+        if len > 0 {
+            std::arch::asm!(
+                "2:",
+                "strb {p:w}, [{at}], #1",
+                "subs {n}, {n}, #1",
+                "b.ne 2b",
+                at = inout(reg) start => _,
+                n = inout(reg) len => _,
+                p = in(reg) pattern as u32,
+                options(nostack)
+            )
+        }
+    };
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        // `calibrate` gives up on other targets before it gets here.
+        let _ = (start, len, pattern);
+    }
+}
+
+/// Copies `len` bytes of a stack that is not the caller's own (a suspended or interrupted
+/// task's) to `dst`, without the compiler's instrumentation: AddressSanitizer marks the
+/// redzones between another stack's frames as poisoned and would report this legitimate read
+/// of whole frames (scripts/asan.sh). A loop of loads and stores in inline assembly; no stack,
+/// no call, so it is also safe in a signal handler.
+///
+/// # Safety
+/// `[src, src + len)` is readable, `[dst, dst + len)` writable, and they do not overlap.
+#[inline]
+pub(crate) unsafe fn copy_stack_bytes(dst: *mut u8, src: usize, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the caller's contract; `rep movsb` copies `rcx` bytes from `rsi` to `rdi`.
+    unsafe {
+        std::arch::asm!(
+            "rep movsb",
+            inout("rdi") dst => _,
+            inout("rsi") src => _,
+            inout("rcx") len => _,
+            options(nostack, preserves_flags)
+        )
+    };
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: the caller's contract; a loop of byte loads and stores that uses no stack.
+    unsafe {
+        if len > 0 {
+            std::arch::asm!(
+                "2:",
+                "ldrb {b:w}, [{from}], #1",
+                "strb {b:w}, [{to}], #1",
+                "subs {n}, {n}, #1",
+                "b.ne 2b",
+                from = inout(reg) src => _,
+                to = inout(reg) dst => _,
+                n = inout(reg) len => _,
+                b = out(reg) _,
+                options(nostack)
+            )
+        }
+    };
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    // SAFETY: the caller's contract (no compaction or sampling runs on other targets).
+    unsafe {
+        std::ptr::copy_nonoverlapping(src as *const u8, dst, len)
+    };
 }
 
 /// A scratch stack for [`calibrate`]: 64 KiB with a `PROT_NONE` guard page.
@@ -562,7 +659,7 @@ extern "C" fn fork_child() {
         // is single-threaded and unregistered, so the slot's pages fill in on first touch.
         unsafe {
             let (len, bytes) = image_parts(image);
-            std::ptr::copy_nonoverlapping(bytes, (slot + size - len) as *mut u8, len);
+            copy_stack_bytes((slot + size - len) as *mut u8, bytes as usize, len);
             sub(&COMPACTED_LIVE_BYTES, len as u64);
         }
         add(&RESTORES, 1);
@@ -1091,7 +1188,7 @@ fn compact_run(run: &[Candidate<'_>]) {
             // zeros; the image holds `n` bytes from `c.lo`.
             unsafe {
                 if resident[(at - start) / page] & 1 != 0 {
-                    std::ptr::copy_nonoverlapping(at as *const u8, bytes.add(offset), to - at);
+                    copy_stack_bytes(bytes.add(offset), at, to - at);
                 } else {
                     std::ptr::write_bytes(bytes.add(offset), 0, to - at);
                 }

@@ -81,7 +81,9 @@ pub use region::guards_are_markers;
 #[allow(unused_imports)] // used by `weft::metrics`
 pub(crate) use region::regions;
 
-pub(crate) use compact::{calibrate, switch_out, LiveStack, ParkedStack, ParkedStacks};
+pub(crate) use compact::{
+    calibrate, copy_stack_bytes, switch_out, LiveStack, ParkedStack, ParkedStacks,
+};
 
 pub(crate) use overflow::{context_pc_sp, install_handler, set_running, AltStack, DescribeTask};
 pub(crate) use region::slot_of;
