@@ -315,6 +315,8 @@ static MARGIN: OnceLock<Option<usize>> = OnceLock::new();
 const MAX_MARGIN: usize = PROBE_POISON - 512;
 /// Bytes below its stack pointer that a calibration probe fills with its pattern.
 const PROBE_POISON: usize = 4096;
+/// The two patterns of the probes: a byte that happens to equal one is seen with the other.
+const PROBE_PATTERNS: [u8; 2] = [0x5a, 0xa5];
 /// Slack added to the measured depth.
 const MARGIN_SLACK: usize = 64;
 
@@ -334,7 +336,7 @@ pub(crate) fn calibrate<Y: Copy + 'static>(value: Y) {
             return None;
         }
         let mut deepest = 0usize;
-        for pattern in [0x5au8, 0xa5] {
+        for pattern in PROBE_PATTERNS {
             for out_of_line in [false, true] {
                 deepest = deepest.max(probe_depth(value, pattern, out_of_line)?);
             }
@@ -393,48 +395,24 @@ fn probe_depth<Y: Copy + 'static>(value: Y, pattern: u8, out_of_line: bool) -> O
     depth
 }
 
-/// Writes `len` bytes of `pattern` from `start`, below the caller's stack pointer, without
-/// touching the stack: a `memset` call would put its own frames there (AddressSanitizer's
-/// interceptor did, and overwrote its return address with the pattern), so the fill is a
-/// loop of stores in inline assembly.
+/// Writes `len` (at most [`PROBE_POISON`]) bytes of `pattern` (one of [`PROBE_PATTERNS`])
+/// from `start`, below the caller's stack pointer, without touching the stack: a `memset` call
+/// would put its own frames there (AddressSanitizer's interceptor did, and overwrote its
+/// return address with the pattern), so the bytes are copied from a static buffer by
+/// [`copy_stack_bytes`], which uses no stack.
 ///
 /// # Safety
 /// `[start, start + len)` is writable and holds nothing live.
 #[inline(always)]
 unsafe fn fill_below_sp(start: usize, len: usize, pattern: u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: the caller's contract; `rep stosb` writes `rcx` bytes of `al` from `rdi` and
-    // uses no stack.
-    unsafe {
-        std::arch::asm!(
-            "rep stosb",
-            inout("rdi") start => _,
-            inout("rcx") len => _,
-            in("al") pattern,
-            options(nostack, preserves_flags)
-        )
-    };
-    #[cfg(target_arch = "aarch64")]
-    // SAFETY: the caller's contract; a loop of byte stores that uses no stack.
-    unsafe {
-        if len > 0 {
-            std::arch::asm!(
-                "2:",
-                "strb {p:w}, [{at}], #1",
-                "subs {n}, {n}, #1",
-                "b.ne 2b",
-                at = inout(reg) start => _,
-                n = inout(reg) len => _,
-                p = in(reg) pattern as u32,
-                options(nostack)
-            )
-        }
-    };
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    {
-        // `calibrate` gives up on other targets before it gets here.
-        let _ = (start, len, pattern);
-    }
+    static FILLS: [[u8; PROBE_POISON]; 2] = [
+        [PROBE_PATTERNS[0]; PROBE_POISON],
+        [PROBE_PATTERNS[1]; PROBE_POISON],
+    ];
+    let fill = &FILLS[usize::from(pattern == PROBE_PATTERNS[1])];
+    debug_assert!(len <= fill.len() && fill[0] == pattern);
+    // SAFETY: the caller's contract; the static buffer holds `len` readable bytes.
+    unsafe { copy_stack_bytes(start as *mut u8, fill.as_ptr() as usize, len) };
 }
 
 /// Copies `len` bytes of a stack that is not the caller's own (a suspended or interrupted
