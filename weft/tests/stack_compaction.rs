@@ -504,38 +504,16 @@ fn guard_child() {
         println!("skipped");
         return;
     }
-    let addr = Arc::new(AtomicUsize::new(0));
     let running = Arc::new(AtomicBool::new(false));
-    let handle = Arc::new(std::sync::Mutex::new(None));
-    let (published, resumed, me) = (addr.clone(), running.clone(), handle.clone());
-    let _join = rt.block_on(move || {
-        weft::task::Builder::new()
-            .stack_size(64 << 10)
-            .spawn(move || {
-                let local = [3u64; 8];
-                *me.lock().unwrap() = Some(weft::task::current());
-                published.store(&local as *const _ as usize, Ordering::Release);
-                while !resumed.load(Ordering::Acquire) {
-                    weft::task::park();
-                    resumed.store(true, Ordering::Release);
-                }
-                // Running, never parked again: stays restored.
-                loop {
-                    black_box(&local);
-                    weft::task::yield_now();
-                }
-            })
-            .unwrap()
-    });
-    let local = loop {
-        match addr.load(Ordering::Acquire) {
-            0 => std::thread::sleep(Duration::from_millis(1)),
-            a => break a,
+    let resumed = running.clone();
+    let local = wake_a_compacted_task(&rt, move |local| {
+        resumed.store(true, Ordering::Release);
+        // Running, never parked again: stays restored.
+        loop {
+            black_box(local);
+            weft::task::yield_now();
         }
-    };
-    wait_released(local);
-    let task = handle.lock().unwrap().clone().expect("task handle");
-    task.unpark();
+    });
     while !running.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -650,22 +628,36 @@ fn overflow_after_restore_child() {
         println!("skipped");
         return;
     }
-    let addr = Arc::new(AtomicUsize::new(0));
-    let handle = Arc::new(std::sync::Mutex::new(None));
-    let (published, me) = (addr.clone(), handle.clone());
-    let _task = rt.spawn(move || {
-        weft::task::Builder::new()
-            .stack_size(64 << 10)
-            .spawn(move || {
-                let local = [5u64; 8];
-                *me.lock().unwrap() = Some(weft::task::current());
-                published.store(&local as *const _ as usize, Ordering::Release);
-                weft::task::park();
-                black_box(&local);
-                black_box(recurse_forever(0));
-            })
-            .unwrap()
+    wake_a_compacted_task(&rt, |local| {
+        black_box(local);
+        black_box(recurse_forever(0));
     });
+    std::thread::sleep(Duration::from_secs(10));
+    println!("the overflow did not abort the process");
+}
+
+/// Spawns a task with a 64 KiB stack that parks holding a local, waits until its stack is
+/// compacted, wakes it and returns the local's address; the task then runs `after_wake`.
+fn wake_a_compacted_task(
+    rt: &weft::Runtime,
+    after_wake: impl FnOnce(&[u64; 8]) + Send + 'static,
+) -> usize {
+    let addr = Arc::new(AtomicUsize::new(0));
+    let woken = Arc::new(AtomicBool::new(false));
+    let handle = Arc::new(std::sync::Mutex::new(None));
+    let (published, wake, me) = (addr.clone(), woken.clone(), handle.clone());
+    let _task = weft::task::Builder::new()
+        .stack_size(64 << 10)
+        .spawn_on(&rt.handle(), move || {
+            let local = [3u64; 8];
+            *me.lock().unwrap() = Some(weft::task::current());
+            published.store(&local as *const _ as usize, Ordering::Release);
+            while !wake.load(Ordering::Acquire) {
+                weft::task::park();
+            }
+            after_wake(&local);
+        })
+        .unwrap();
     let local = loop {
         match addr.load(Ordering::Acquire) {
             0 => std::thread::sleep(Duration::from_millis(1)),
@@ -673,8 +665,12 @@ fn overflow_after_restore_child() {
         }
     };
     wait_released(local);
-    let task = handle.lock().unwrap().clone().expect("task handle");
-    task.unpark();
-    std::thread::sleep(Duration::from_secs(10));
-    println!("the overflow did not abort the process");
+    woken.store(true, Ordering::Release);
+    handle
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("task handle")
+        .unpark();
+    local
 }
