@@ -1,90 +1,26 @@
 //! The unmodified `ureq` client in 1,000 weft tasks on 2 workers, fetching from the example
 //! HTTP server (`examples/http.rs`) running in the same runtime: with the `interpose` feature
-//! its blocking std socket calls park, so the server's tasks keep running.
+//! its blocking std socket calls park, so the server's tasks keep running. The clients and the
+//! server come from `examples/ureq_fetch.rs`, which prints the comparison's figures (warmed up,
+//! alternated, medians); this test checks correctness, with a loose time bound.
 #![cfg(feature = "interpose")]
 
 mod common;
 #[allow(dead_code)]
-#[path = "../examples/http.rs"]
-mod http;
+#[path = "../examples/ureq_fetch.rs"]
+mod fetch;
 
-use std::io::{Read, Write};
-use std::net::SocketAddr;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{assert_never_blocked, runtime_with_reports, within};
+use fetch::{with_ureq, with_weft_net, Client};
 
 const TASKS: usize = 1000;
 const REQUESTS: usize = 10;
 
 /// The switch is process-wide: the tests of this file run one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Request `r` of task `task`: its path and the body the server must answer.
-fn request(task: usize, r: usize) -> (String, String) {
-    if r % 2 == 0 {
-        ("/".to_string(), "hello, world\n".to_string())
-    } else {
-        let kb = (task + r) % 64;
-        (format!("/deep?kb={kb}"), format!("deep {kb}\n"))
-    }
-}
-
-/// A client: fetches `requests` requests of `task` from `addr`; returns how many came back
-/// right.
-type Client = fn(SocketAddr, usize, usize, Option<Duration>) -> usize;
-
-/// `timeout`: ureq's global timeout; with one set, ureq resolves each request's address on a
-/// thread of its own and waits for it on a std channel (a futex wait weft cannot interpose).
-fn with_ureq(addr: SocketAddr, task: usize, requests: usize, timeout: Option<Duration>) -> usize {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(timeout)
-        .build()
-        .into();
-    (0..requests)
-        .filter(|&r| {
-            let (path, want) = request(task, r);
-            let got = agent
-                .get(&format!("http://{addr}{path}"))
-                .call()
-                .and_then(|mut response| response.body_mut().read_to_string());
-            got.is_ok_and(|body| body == want)
-        })
-        .count()
-}
-
-/// The same fetches over `weft::net` directly, one keep-alive connection per task.
-fn with_weft_net(addr: SocketAddr, task: usize, requests: usize, _: Option<Duration>) -> usize {
-    let mut stream = weft::net::TcpStream::connect(addr).unwrap();
-    stream.set_nodelay(true).unwrap();
-    let mut buf = vec![0; 4096];
-    (0..requests)
-        .filter(|&r| {
-            let (path, want) = request(task, r);
-            let head = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n");
-            stream.write_all(head.as_bytes()).unwrap();
-            let mut filled = 0;
-            loop {
-                let mut headers = [httparse::EMPTY_HEADER; 16];
-                let mut response = httparse::Response::new(&mut headers);
-                if let httparse::Status::Complete(n) = response.parse(&buf[..filled]).unwrap() {
-                    let len: usize = response
-                        .headers
-                        .iter()
-                        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-                        .map(|h| std::str::from_utf8(h.value).unwrap().parse().unwrap())
-                        .unwrap();
-                    while filled < n + len {
-                        filled += stream.read(&mut buf[filled..]).unwrap();
-                    }
-                    return &buf[n..n + len] == want.as_bytes();
-                }
-                filled += stream.read(&mut buf[filled..]).unwrap();
-            }
-        })
-        .count()
-}
 
 /// Runs `tasks` clients against the example server, all in one 2-worker runtime; returns the
 /// wall time, the right responses and whether the monitor saw a blocked worker.
@@ -98,15 +34,8 @@ fn fetch_all(
     let (runtime, reports) = runtime_with_reports(2);
     let (elapsed, right) = within(Duration::from_secs(120), move || {
         runtime.block_on(move || {
-            let listener = weft::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            let addr = listener.local_addr().unwrap();
-            weft::spawn(move || http::serve(listener));
-            let start = Instant::now();
-            let clients: Vec<_> = (0..tasks)
-                .map(|task| weft::spawn(move || client(addr, task, requests, timeout)))
-                .collect();
-            let right: usize = clients.into_iter().map(|c| c.join().unwrap()).sum();
-            (start.elapsed(), right)
+            let addr = fetch::start_server();
+            fetch::fetch_in_tasks(addr, client, tasks, requests, timeout)
         })
     });
     let reports = reports.lock().unwrap().clone();
