@@ -28,7 +28,8 @@
 //!    result untouched (except `accept` on a descriptor with `O_NONBLOCK` underneath, which
 //!    waits in the real `poll` first, fds.rs invariant 2).
 //! 2. weft's own code never recurses into an interposer that acts: its reactor calls
-//!    `epoll_*` (not interposed) and `polling` (raw system calls through rustix), parks only
+//!    `epoll_*` (not interposed) and writes its notify eventfd with a raw `write` system
+//!    call (sched/epoll.rs), parks only
 //!    between tasks (not `active()`), and every `weft::net` descriptor is marked `WEFT` in the
 //!    table, so calls on it pass through.
 //! 3. A park inside an interposer never unwinds into its C caller: a runtime shutdown cancels

@@ -10,9 +10,9 @@
 //! A source is registered lazily (`weft::net` waits only after a `WouldBlock`), edge-triggered,
 //! in the epoll instance of the worker whose task is waiting on it *now*: each direction (read
 //! with read hang-up, write) is served by exactly one membership once registered, and a source
-//! is in at most two instances (one per direction). Each instance (sched/epoll.rs) sits,
-//! level-triggered, in its worker's `polling::Poller`, so a sleeping worker wakes for I/O; a
-//! busy worker polls it directly ([`poll_now`]). A key is a slab index plus a generation:
+//! is in at most two instances (one per direction). Each instance (sched/epoll.rs) is its
+//! worker's poller: a sleeping worker waits in it ([`wait`]), a busy worker polls it
+//! ([`poll_now`]). A key is a slab index plus a generation:
 //!
 //! ```text
 //!   key (u64) = generation << 32 | index      slab[index] = (generation, Arc<Readiness>)
@@ -99,7 +99,7 @@ use std::io;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::epoll::{Epoll, Ready};
 use super::runtime::Remote;
@@ -468,13 +468,11 @@ fn timed_out() -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, "weft: i/o operation timed out")
 }
 
-/// Keys are `generation << 32 | index`; [`polling`]'s notify key (`usize::MAX`) and
-/// [`EPOLL_KEY`] are never one.
+/// Keys are `generation << 32 | index`; the notify key (`u64::MAX`, sched/epoll.rs) is never
+/// one.
 const INDEX_BITS: u32 = 32;
 const INDEX_MASK: usize = (1 << INDEX_BITS) - 1;
 const GENERATION_LIMIT: usize = (1 << 31) - 1;
-/// The key of the reactor's own epoll instance in the worker's `polling::Poller`.
-const EPOLL_KEY: usize = usize::MAX - 1;
 /// Events collected per `epoll_wait`.
 const BATCH: usize = 256;
 
@@ -483,7 +481,7 @@ pub(crate) struct Reactor {
     slab: Mutex<Slab>,
     /// Number of registered sources, read without the lock by `has_sources`.
     count: AtomicUsize,
-    /// The epoll instance the sources are in (sched/epoll.rs), itself in the worker's poller.
+    /// The worker's poller (sched/epoll.rs): the sources' epoll instance and its notifier.
     epoll: Epoll,
 }
 
@@ -499,26 +497,18 @@ struct Slab {
 }
 
 impl Reactor {
-    /// A reactor whose epoll instance is added to `poller`, the worker's.
-    ///
-    /// # Safety
-    /// The reactor must not outlive `poller` (in `Remote`, `poller` is declared, so dropped,
-    /// before the reactor): the epoll descriptor stays open while it is added.
-    pub(crate) unsafe fn new(poller: &polling::Poller) -> io::Result<Reactor> {
-        let epoll = Epoll::new()?;
-        // SAFETY: the caller's contract: the poller goes first.
-        unsafe {
-            poller.add_with_mode(
-                std::os::fd::AsRawFd::as_raw_fd(&epoll.as_fd()),
-                polling::Event::readable(EPOLL_KEY),
-                polling::PollMode::Level,
-            )?;
-        }
+    /// A reactor with a fresh poller.
+    pub(crate) fn new() -> io::Result<Reactor> {
         Ok(Reactor {
             slab: Mutex::default(),
             count: AtomicUsize::new(0),
-            epoll,
+            epoll: Epoll::new()?,
         })
+    }
+
+    /// Wakes the worker's current or next [`wait`]; any thread.
+    pub(crate) fn notify(&self) {
+        self.epoll.notify();
     }
 
     fn lock(&self) -> MutexGuard<'_, Slab> {
@@ -591,49 +581,65 @@ fn with_home<R>(f: impl FnOnce(&Arc<Remote>) -> R) -> Option<R> {
     header.home().map(f)
 }
 
-/// Wakes the tasks waiting on the sources in `events` (a batch of the worker's poller).
-pub(crate) fn dispatch(remote: &Remote, events: &polling::Events) {
-    if events.iter().any(|event| event.key == EPOLL_KEY) {
+/// A sleeping worker's wait: up to `timeout` (`None`: until woken) for I/O or a notify,
+/// waking the tasks whose I/O became ready; returns whether an event (not the timeout) ended
+/// it. May end early by 0.1 % of a long timeout (sched/epoll.rs invariant 2).
+pub(crate) fn wait(remote: &Remote, timeout: Option<Duration>) -> bool {
+    let mut buf = [std::mem::MaybeUninit::<libc::epoll_event>::uninit(); BATCH];
+    let ready = remote.io.epoll.wait(&mut buf, timeout);
+    let (woke, full) = (!ready.is_empty(), ready.len() == BATCH);
+    dispatch(remote, ready);
+    if full {
         poll_now(remote);
     }
+    woke
 }
 
 /// Collects and dispatches ready sources without blocking: a busy worker's poll (one
-/// `epoll_wait`), and the second half of a sleeping worker's wake-up.
+/// `epoll_wait`), and the rest of a sleeping worker's wake-up when its batch was full.
 pub(crate) fn poll_now(remote: &Remote) {
-    let epoll = &remote.io.epoll;
     let mut buf = [std::mem::MaybeUninit::<libc::epoll_event>::uninit(); BATCH];
+    loop {
+        let ready = remote.io.epoll.poll(&mut buf);
+        let full = ready.len() == BATCH;
+        dispatch(remote, ready);
+        if !full {
+            return;
+        }
+    }
+}
+
+/// Wakes the tasks waiting on the sources in `ready`, one batch of the worker's poller; a
+/// notify (sched/epoll.rs invariant 1) needs nothing more: the wait it ended was the point.
+fn dispatch(remote: &Remote, ready: &[libc::epoll_event]) {
     // Uninitialized, not zeroed: a busy worker calls this often, mostly for a few events.
     let mut woken = [const { std::mem::MaybeUninit::<(Arc<Readiness>, Ready)>::uninit() }; BATCH];
-    loop {
-        let ready = epoll.poll(&mut buf);
-        // One slab lock per batch, not per event; the wakes happen after it, since a wake may
-        // drop the last reference to a task, whose result may own a source whose drop
-        // deregisters (and takes the slab lock).
-        let slab = remote.io.lock();
-        let mut n = 0;
-        for event in ready {
-            let ready = Ready::from(event);
-            // Deregistered since: the key's generation moved on.
-            if let Some(readiness) = slab.get(ready.key as usize) {
-                woken[n].write((readiness.clone(), ready));
-                n += 1;
-            }
+    // One slab lock per batch, not per event; the wakes happen after it, since a wake may
+    // drop the last reference to a task, whose result may own a source whose drop
+    // deregisters (and takes the slab lock).
+    let slab = remote.io.lock();
+    let mut n = 0;
+    for event in ready.iter().take(BATCH) {
+        let ready = Ready::from(event);
+        if ready.key == super::epoll::NOTIFY_KEY {
+            continue;
         }
-        drop(slab);
-        for slot in &woken[..n] {
-            // SAFETY: the first `n` slots were written just above, and each is read once.
-            // (A panicking wake leaks the rest: references, not memory safety.)
-            let (readiness, ready) = unsafe { slot.assume_init_read() };
-            if ready.readable {
-                readiness.wake(Direction::Read, ready.read_closed);
-            }
-            if ready.writable {
-                readiness.wake(Direction::Write, false);
-            }
+        // Deregistered since: the key's generation moved on.
+        if let Some(readiness) = slab.get(ready.key as usize) {
+            woken[n].write((readiness.clone(), ready));
+            n += 1;
         }
-        if ready.len() < BATCH {
-            return;
+    }
+    drop(slab);
+    for slot in &woken[..n] {
+        // SAFETY: the first `n` slots were written just above, and each is read once.
+        // (A panicking wake leaks the rest: references, not memory safety.)
+        let (readiness, ready) = unsafe { slot.assume_init_read() };
+        if ready.readable {
+            readiness.wake(Direction::Read, ready.read_closed);
+        }
+        if ready.writable {
+            readiness.wake(Direction::Write, false);
         }
     }
 }

@@ -78,7 +78,6 @@ pub(crate) struct Remote {
     /// it (worker.rs, "Parking while panicking").
     pub(crate) thread: std::sync::OnceLock<thread::Thread>,
     pub(crate) flags: SleepFlags,
-    pub(crate) poller: polling::Poller,
     /// Tasks resumed by this worker so far; a monitor that sees it unchanged for a while knows
     /// the worker is stuck in one task (Go's `schedtick`, read by `sysmon`).
     pub(crate) resumes: AtomicU64,
@@ -108,8 +107,7 @@ pub(crate) struct Remote {
     pub(crate) counters: WorkerCounters,
     /// Tasks started here per spawn site (same rule).
     pub(crate) sites: SiteCounts,
-    /// The I/O sources registered with `poller` (sched/io.rs). Declared after `poller`, so
-    /// dropped after it (`Reactor::new`'s contract).
+    /// The worker's poller and the I/O sources registered with it (sched/io.rs).
     pub(crate) io: super::io::Reactor,
 }
 
@@ -209,8 +207,7 @@ impl Remote {
     }
 
     pub(crate) fn notify(&self) {
-        // An error means the eventfd is gone, which only happens after the worker exited.
-        let _ = self.poller.notify();
+        self.io.notify();
     }
 }
 
@@ -416,16 +413,13 @@ impl RuntimeBuilder {
             .collect();
         let remotes = (0..workers)
             .map(|index| {
-                let poller = polling::Poller::new()?;
-                // SAFETY: `io` is declared after `poller` in `Remote`, so dropped after it.
-                let io = unsafe { super::io::Reactor::new(&poller)? };
+                let io = super::io::Reactor::new()?;
                 Ok(Arc::new(Remote {
                     index,
                     inbox: Mutex::default(),
                     placed_len: AtomicUsize::new(0),
                     thread: std::sync::OnceLock::new(),
                     flags: SleepFlags::new(),
-                    poller,
                     resumes: AtomicU64::new(0),
                     running_id: AtomicU64::new(0),
                     running_site: AtomicPtr::new(std::ptr::null_mut()),

@@ -586,7 +586,6 @@ pub(crate) struct Worker {
     /// The header of the task being resumed, if any.
     current: Cell<Option<NonNull<Header>>>,
     tick: Cell<u32>,
-    events: RefCell<polling::Events>,
     /// Deadlines of this worker's parked tasks (time/mod.rs explains the choice of map).
     timers: RefCell<BTreeMap<(Instant, u64), Task>>,
     timer_seq: Cell<u64>,
@@ -624,7 +623,6 @@ impl Worker {
             live: RefCell::new(Live::default()),
             current: Cell::new(None),
             tick: Cell::new(0),
-            events: RefCell::new(polling::Events::new()),
             timers: RefCell::new(BTreeMap::new()),
             timer_seq: Cell::new(0),
             spin_misses: Cell::new(0),
@@ -948,13 +946,12 @@ impl Worker {
             let fired = self.has_ready();
             if !fired && timeout != Some(Duration::ZERO) {
                 let slept = Instant::now();
-                self.wait(timeout);
-                // Woken early by a notify (not by the timeout: timers alone never justify
-                // spinning) soon after sleeping.
+                let woken = super::io::wait(&self.remote, timeout);
+                // Woken early by a notify or I/O (not by the timeout: timers alone never
+                // justify spinning) soon after sleeping.
                 let slept = slept.elapsed();
                 self.remote.activity.idled(slept);
-                let notified = timeout.is_none_or(|t| slept + Duration::from_micros(10) < t);
-                if notified && slept < SPIN {
+                if woken && slept < SPIN {
                     self.spin_misses.set(0);
                 }
             }
@@ -963,21 +960,6 @@ impl Worker {
         self.clock.set(crate::debug::clock_now());
         // monitor.rs "Idle" step 2.
         self.shared.monitor_rest.worker_awake();
-    }
-
-    /// Waits in the poller (for a notify, an I/O event, or the timeout) and wakes the tasks
-    /// whose I/O became ready.
-    fn wait(&self, timeout: Option<Duration>) {
-        let mut events = self.events.borrow_mut();
-        events.clear();
-        if let Err(e) = self.remote.poller.wait(&mut events, timeout) {
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                panic!("weft: worker {} cannot wait in its poller: {e}", self.index);
-            }
-        }
-        if !events.is_empty() {
-            super::io::dispatch(&self.remote, &events);
-        }
     }
 
     /// Collects I/O events without blocking, when this worker has I/O sources: a busy worker
@@ -1241,7 +1223,7 @@ impl Worker {
                 self.leak_live_tasks();
                 break;
             }
-            self.wait(Some(Duration::from_millis(10)));
+            super::io::wait(&self.remote, Some(Duration::from_millis(10)));
         }
     }
 

@@ -52,7 +52,7 @@ const RUN_BYTES: usize = 64 << 10;
 /// An image larger than this gets a run of its own, whole pages.
 const LARGE: usize = RUN_BYTES / 4;
 /// Emptied pages a thread collects before it releases them in one call.
-const RELEASE_BATCH: usize = 32;
+const RELEASE_BATCH: usize = 512;
 /// Bytes before an image's contents: its length and its segment, 4 bytes each.
 const HEADER: usize = 8;
 
