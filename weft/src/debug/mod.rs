@@ -1,6 +1,6 @@
 //! Seeing inside a running program: task dumps with backtraces (Go's
 //! `/debug/pprof/goroutine?debug=1|2`), the SIGQUIT dump, scheduler traces for Perfetto
-//! ([`trace`], Go's `runtime/trace`; its own module doc in debug/trace.rs), and a debug HTTP
+//! ([`trace`], Go's `runtime/trace`; its own module doc in debug/trace/mod.rs), and a debug HTTP
 //! endpoint.
 //!
 //! ```

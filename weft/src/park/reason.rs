@@ -9,7 +9,7 @@
 //!    argument of the park call (the park is inlined into each site), materialised only on
 //!    the cold path that answers a dump's capture (sched/worker.rs, "Capturing a parked
 //!    task") and in the `Suspend::Park` value the park switches out with, which a trace reads
-//!    (debug/trace.rs) and which costs the switch nothing (a different constant).
+//!    (debug/trace/mod.rs) and which costs the switch nothing (a different constant).
 //!
 //! May call: nothing. Called by: every park site (`chan`, `sync`, `time`, `net`, `task`), and
 //! `debug`, which renders it (dumps) and records it (traces).

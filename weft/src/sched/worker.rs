@@ -634,7 +634,7 @@ pub(crate) struct Worker {
     /// that many task runs.
     clock: Cell<u64>,
     /// `debug::trace::on()`, refreshed with `clock`: what this worker's event sites test
-    /// (debug/trace.rs invariant 1). A field of the worker the site holds anyway, where the
+    /// (debug/trace/mod.rs invariant 1). A field of the worker the site holds anyway, where the
     /// global flag is a load through the GOT from another codegen unit (two instructions
     /// more at each of the four sites of a ping-pong round trip). A trace starts on a
     /// worker within `INJECTOR_INTERVAL` picks or at its next wake.
@@ -1042,7 +1042,7 @@ impl Worker {
 
     /// Resumes `task` until it yields, parks or returns (task/mod.rs invariant 1).
     ///
-    /// debug/trace.rs invariant 1: off, this one test of a worker field is all a trace
+    /// debug/trace/mod.rs invariant 1: off, this one test of a worker field is all a trace
     /// costs here. The traced run is a copy of its own, so that the untraced one carries
     /// nothing across the resume (a branch around the resume alone cost ≈9 instructions per
     /// run: the result went through memory to merge the two paths).

@@ -28,10 +28,17 @@
 //! 4. One session at a time: `SESSION` is `Some` from the start of a [`trace`] until it has
 //!    stopped recording (also when its caller unwinds: `Recording`'s drop). A second call in
 //!    between fails with [`io::ErrorKind::AlreadyExists`].
-//! 5. Times are `CLOCK_MONOTONIC` nanoseconds ([`super::clock_now`]), taken on the thread
-//!    the event happens on, and written relative to the session's start, in microseconds with
-//!    three decimals (exact nanoseconds). Each track is written sorted by time; a worker's
-//!    run slices never overlap, as its thread runs one task at a time.
+//! 5. Times are [`ticks`], taken on the thread the event happens on: the TSC where the kernel
+//!    itself keeps time with it (x86_64, clocksource `tsc`: invariant and synchronised across
+//!    CPUs, or the kernel would not use it; 10.5 ns a read in this VM against 24 ns for
+//!    `clock_gettime`, and a traced ping-pong round trip reads six), else `CLOCK_MONOTONIC`
+//!    nanoseconds. They are mapped to nanoseconds since the session's start linearly, by the
+//!    `CLOCK_MONOTONIC` and tick readings at its start and end (`Timebase`), and written in
+//!    microseconds with three decimals. The mapping is monotonic, so each track, written
+//!    sorted by time, stays in order, and a worker's run slices — its thread runs one task at
+//!    a time — never overlap.
+//!
+//! The file itself is written by `json.rs`.
 //!
 //! May call: `sched` (which worker this thread is, the running task), `time::sleep`,
 //! `task::try_spawn_blocking`. Called by: sched/worker.rs (runs, spawns, wakes, steals),
@@ -40,7 +47,9 @@
 //! Why per-thread logs behind a mutex, not per-worker buffers or a shared ring: wakes and
 //! spawns also come from plain threads and the blocking pool, which have no worker struct; a
 //! shared ring would make every worker write the same cache lines. The mutex of a log only its
-//! thread takes costs two uncontended atomics per event, less than the clock read.
+//! thread takes costs two uncontended atomics per event. Recording costs ≈35 ns an event in
+//! all (a traced ping-pong round trip, 4 events, went from ≈80 to ≈222 ns; with
+//! `clock_gettime` for every time it was ≈338 ns).
 //! Why a task's name and spawn site are kept once per thread and task (`LogInner::tasks`)
 //! rather than in each event: an `Arc<str>` clone per run slice is an atomic on a shared
 //! line and 16 bytes more per event. Why the whole recording is kept in memory and written at
@@ -56,12 +65,14 @@ use std::io::{self, BufWriter, Write};
 use std::panic::Location;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use super::clock_now;
 use crate::park::ParkReason;
 use crate::task::Header;
+
+mod json;
 
 /// Most events one session keeps (invariant 3): at ≈4 events per ping-pong round trip, a
 /// fraction of a second of the busiest load, seconds of a typical one.
@@ -87,6 +98,60 @@ thread_local! {
     /// This thread's log and the session it belongs to; replaced at the first event of a
     /// later session.
     static LOCAL: RefCell<Option<(u64, Arc<ThreadLog>)>> = const { RefCell::new(None) };
+}
+
+/// Whether [`ticks`] reads the TSC (invariant 5); decided once, before the first session.
+static TSC: OnceLock<bool> = OnceLock::new();
+
+/// Decides [`TSC`] (reads sysfs: call it off the workers, `off_worker`).
+fn choose_clock() {
+    TSC.get_or_init(|| {
+        cfg!(target_arch = "x86_64")
+            && std::fs::read_to_string(
+                "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+            )
+            .is_ok_and(|source| source.trim() == "tsc")
+    });
+}
+
+/// An event's time (invariant 5): TSC ticks or `CLOCK_MONOTONIC` nanoseconds.
+#[inline]
+fn ticks() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    if TSC.get() == Some(&true) {
+        // SAFETY: `rdtsc` has no preconditions; the TSC exists on every x86_64 CPU.
+        return unsafe { core::arch::x86_64::_rdtsc() };
+    }
+    clock_now()
+}
+
+/// Maps [`ticks`] to nanoseconds since a session's start (invariant 5).
+#[derive(Debug, Clone, Copy)]
+struct Timebase {
+    start_tick: u64,
+    /// Nanoseconds per tick, in 32.32 fixed point.
+    ns_per_tick: u128,
+}
+
+impl Timebase {
+    fn new(start: (u64, u64), end: (u64, u64)) -> Timebase {
+        let ns = u128::from(end.0.saturating_sub(start.0));
+        let ticks = u128::from(end.1.saturating_sub(start.1));
+        let ns_per_tick = if ns == 0 || ticks == 0 {
+            1 << 32
+        } else {
+            (ns << 32) / ticks
+        };
+        Timebase {
+            start_tick: start.1,
+            ns_per_tick,
+        }
+    }
+
+    /// Nanoseconds from the session's start to `tick`.
+    fn ns(&self, tick: u64) -> u64 {
+        ((u128::from(tick.saturating_sub(self.start_tick)) * self.ns_per_tick) >> 32) as u64
+    }
 }
 
 /// Whether a trace records now: the one load an event site makes (invariant 1).
@@ -154,7 +219,7 @@ enum Kind {
 /// `Event::other` of a steal from the runtime's injector (spawns from outside the workers).
 const FROM_INJECTOR: u64 = u64::MAX;
 
-/// One recorded event: 40 bytes.
+/// One recorded event: 40 bytes. `at` and `end` are [`ticks`].
 #[derive(Debug, Clone, Copy)]
 struct Event {
     at: u64,
@@ -249,8 +314,8 @@ impl LogInner {
 
 struct Session {
     id: u64,
-    /// `clock_now` when recording started.
-    start: u64,
+    /// `clock_now` and `ticks` when recording started.
+    start: (u64, u64),
     logs: Vec<Arc<ThreadLog>>,
 }
 
@@ -330,12 +395,12 @@ fn current_task_id() -> u64 {
 
 /// The start of a run slice: the time.
 pub(crate) fn run_started() -> u64 {
-    clock_now()
+    ticks()
 }
 
 /// The end of a run slice that began at `started` (a [`run_started`]).
 pub(crate) fn run_ended(header: &Header, started: u64, ended: Ended) {
-    let end = clock_now();
+    let end = ticks();
     with_log(|log| {
         log.note_task(header);
         log.push(Event {
@@ -388,14 +453,14 @@ pub(crate) fn handed_off() {
 #[cold]
 #[inline(never)]
 pub(crate) fn blocking_call_started() -> u64 {
-    clock_now().max(1)
+    ticks().max(1)
 }
 
 /// A blocking-pool call of task `task` (0: not a task's) ran from `started`.
 #[cold]
 #[inline(never)]
 pub(crate) fn blocking_call_ended(task: u64, started: u64) {
-    let end = clock_now();
+    let end = ticks();
     with_log(|log| {
         log.push(Event {
             at: started,
@@ -409,7 +474,7 @@ pub(crate) fn blocking_call_ended(task: u64, started: u64) {
 }
 
 fn instant(kind: Kind, task: u64, other: u64, header: Option<&Header>) {
-    let at = clock_now();
+    let at = ticks();
     with_log(|log| {
         if let Some(header) = header {
             log.note_task(header);
@@ -464,9 +529,10 @@ impl Recording {
         let id = SESSION_ID.load(Ordering::Relaxed).wrapping_add(1);
         SESSION_ID.store(id, Ordering::Relaxed);
         BUDGET.store(MAX_EVENTS, Ordering::Relaxed);
+        choose_clock();
         *session = Some(Session {
             id,
-            start: clock_now(),
+            start: (clock_now(), ticks()),
             logs: Vec::new(),
         });
         drop(session);
@@ -480,7 +546,7 @@ impl Recording {
     fn stop(mut self) -> Recorded {
         self.stopped = true;
         ON.store(false, Ordering::Relaxed);
-        let end = clock_now();
+        let end = (clock_now(), ticks());
         let session = lock(&SESSION)
             .take()
             .filter(|s| s.id == self.id)
@@ -513,8 +579,9 @@ impl Drop for Recording {
 
 /// A stopped session's logs, ready to write.
 struct Recorded {
-    start: u64,
-    end: u64,
+    /// `clock_now` and `ticks` at the session's start and end.
+    start: (u64, u64),
+    end: (u64, u64),
     tracks: Vec<(Arc<ThreadLog>, LogInner)>,
 }
 
@@ -531,7 +598,7 @@ struct Recorded {
 /// with the task id, and an arrow joins each spawn or wake to the task's next run.
 /// Open it at <https://ui.perfetto.dev> or in `chrome://tracing`.
 ///
-/// Off, tracing costs each event site one load (the module doc of `debug/trace.rs`); on, a
+/// Off, tracing costs each event site one load (the module doc of `debug/trace/mod.rs`); on, a
 /// clock read and an append to the thread's log per event.
 ///
 /// ```no_run
@@ -547,7 +614,10 @@ struct Recorded {
 /// file's errors; the blocking pool's when called from a task.
 pub fn trace(duration: Duration, path: impl AsRef<Path>) -> io::Result<TraceSummary> {
     let path = path.as_ref().to_path_buf();
-    let file = off_worker(move || File::create(path))?;
+    let file = off_worker(move || {
+        choose_clock();
+        File::create(path)
+    })?;
     let recorded = record(duration)?;
     off_worker(move || {
         let mut out = BufWriter::with_capacity(1 << 20, file);
@@ -559,6 +629,10 @@ pub fn trace(duration: Duration, path: impl AsRef<Path>) -> io::Result<TraceSumm
 
 /// [`trace`] into memory, for the debug endpoint's `/debug/trace`.
 pub(crate) fn trace_json(duration: Duration) -> io::Result<Vec<u8>> {
+    off_worker(|| {
+        choose_clock();
+        Ok(())
+    })?;
     let recorded = record(duration)?;
     off_worker(move || {
         let mut out = Vec::new();
@@ -586,221 +660,9 @@ fn off_worker<T: Send + 'static>(
     }
 }
 
-/// `ns` nanoseconds as microseconds with three decimals (exact).
-fn micros(ns: u64) -> String {
-    format!("{}.{:03}", ns / 1000, ns % 1000)
-}
-
-/// `s` as a JSON string, quotes included.
-fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-impl Recorded {
-    /// Writes the trace; the events of each track sorted by time (invariant 5).
-    fn write_json(self, out: &mut impl Write) -> io::Result<TraceSummary> {
-        let mut out = CountingWriter {
-            inner: out,
-            bytes: 0,
-        };
-        let pid = std::process::id();
-        let mut summary = TraceSummary {
-            recorded: Duration::from_nanos(self.end.saturating_sub(self.start)),
-            ..TraceSummary::default()
-        };
-        let mut tasks: TaskMap = HashMap::default();
-        let mut tracks: Vec<(Arc<ThreadLog>, Vec<Event>)> = Vec::new();
-        for (log, inner) in self.tracks {
-            summary.dropped += inner.dropped;
-            let mut events: Vec<Event> = inner.chunks.into_iter().flatten().collect();
-            if events.is_empty() && inner.tasks.is_empty() {
-                continue;
-            }
-            // Pushed at their ends, slices come after the instants inside them: stable sort
-            // by start keeps the rest in recording order.
-            events.sort_by_key(|e| e.at);
-            tasks.extend(inner.tasks);
-            tracks.push((log, events));
-        }
-        tracks.sort_by_key(|(log, _)| log.sort_index);
-        // Each task's runs, by start, for the arrows from its spawns and wakes.
-        let mut runs: HashMap<u64, Vec<(u64, i32)>, BuildHasherDefault<IdHasher>> =
-            HashMap::default();
-        for (log, events) in &tracks {
-            for e in events.iter().filter(|e| e.kind == Kind::Run) {
-                runs.entry(e.task).or_default().push((e.at, log.tid));
-            }
-        }
-        for list in runs.values_mut() {
-            list.sort_unstable();
-        }
-        let mut seen = std::collections::HashSet::<u64, BuildHasherDefault<IdHasher>>::default();
-
-        write!(
-            out,
-            "{{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n{{\"ph\":\"M\",\"name\":\"process_name\",\
-             \"pid\":{pid},\"tid\":0,\"args\":{{\"name\":\"weft\"}}}}"
-        )?;
-        for (log, _) in &tracks {
-            summary.threads += 1;
-            summary.workers += usize::from(log.worker);
-            write!(
-                out,
-                ",\n{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{pid},\"tid\":{},\"args\":\
-                 {{\"name\":{}}}}},\n{{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":{pid},\
-                 \"tid\":{},\"args\":{{\"sort_index\":{}}}}}",
-                log.tid,
-                json_string(&log.label),
-                log.tid,
-                log.sort_index
-            )?;
-        }
-        let mut flows = 0u64;
-        let start = self.start;
-        for (log, events) in &tracks {
-            let tid = log.tid;
-            for e in events {
-                summary.events += 1;
-                if e.task != 0 {
-                    seen.insert(e.task);
-                }
-                let ts = micros(e.at.saturating_sub(start));
-                let task = e.task;
-                match e.kind {
-                    Kind::Run => {
-                        let (name, site) = match tasks.get(&task) {
-                            Some(info) => (
-                                match &info.name {
-                                    Some(name) => json_string(name),
-                                    None => format!("\"task {task}\""),
-                                },
-                                json_string(&info.site.to_string()),
-                            ),
-                            None => (format!("\"task {task}\""), "null".to_string()),
-                        };
-                        let (ended, reason) = Ended::from_code(e.detail);
-                        let reason = reason.map_or(String::new(), |r| {
-                            format!(",\"park_reason\":{}", json_string(r))
-                        });
-                        write!(
-                            out,
-                            ",\n{{\"ph\":\"X\",\"cat\":\"task\",\"name\":{name},\"pid\":{pid},\
-                             \"tid\":{tid},\"ts\":{ts},\"dur\":{},\"args\":{{\"task\":{task},\
-                             \"spawn_site\":{site},\"ended\":\"{ended}\"{reason}}}}}",
-                            micros(e.end.saturating_sub(e.at)),
-                        )?;
-                    }
-                    Kind::BlockingCall => write!(
-                        out,
-                        ",\n{{\"ph\":\"X\",\"cat\":\"blocking\",\"name\":\"blocking call\",\
-                         \"pid\":{pid},\"tid\":{tid},\"ts\":{ts},\"dur\":{},\"args\":\
-                         {{\"task\":{task}}}}}",
-                        micros(e.end.saturating_sub(e.at)),
-                    )?,
-                    Kind::Spawn | Kind::Wake | Kind::Steal | Kind::HandOff => {
-                        let (name, args) = match e.kind {
-                            Kind::Spawn => ("spawn", format!(",\"by\":{}", e.other)),
-                            Kind::Wake => ("wake", format!(",\"by\":{}", e.other)),
-                            Kind::Steal if e.other == FROM_INJECTOR => {
-                                ("steal", ",\"from\":\"injector\"".to_string())
-                            }
-                            Kind::Steal => ("steal", format!(",\"from\":\"worker {}\"", e.other)),
-                            _ => ("blocking hand-off", String::new()),
-                        };
-                        write!(
-                            out,
-                            ",\n{{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"sched\",\"name\":\"{name}\",\
-                             \"pid\":{pid},\"tid\":{tid},\"ts\":{ts},\"args\":{{\"task\":{task}\
-                             {args}}}}}"
-                        )?;
-                        if matches!(e.kind, Kind::Spawn | Kind::Wake) {
-                            // The arrow to the task's next run (flow events, "bind to the
-                            // enclosing slice" at both ends).
-                            let next = runs.get(&task).and_then(|list| {
-                                let i = list.partition_point(|(at, _)| *at < e.at);
-                                list.get(i)
-                            });
-                            if let Some(&(run_at, run_tid)) = next {
-                                flows += 1;
-                                write!(
-                                    out,
-                                    ",\n{{\"ph\":\"s\",\"cat\":\"flow\",\"name\":\"{name}\",\
-                                     \"id\":{flows},\"pid\":{pid},\"tid\":{tid},\"ts\":{ts}}},\n\
-                                     {{\"ph\":\"f\",\"bp\":\"e\",\"cat\":\"flow\",\"name\":\
-                                     \"{name}\",\"id\":{flows},\"pid\":{pid},\"tid\":{run_tid},\
-                                     \"ts\":{}}}",
-                                    micros(run_at.saturating_sub(start))
-                                )?;
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        summary.tasks = seen.len();
-        write!(
-            out,
-            "\n],\"otherData\":{{\"producer\":\"weft {}\",\"recorded_us\":{},\"events\":{},\
-             \"dropped_events\":{},\"max_events\":{MAX_EVENTS},\"workers\":{},\"threads\":{}}}}}\n",
-            env!("CARGO_PKG_VERSION"),
-            micros(self.end.saturating_sub(start)),
-            summary.events,
-            summary.dropped,
-            summary.workers,
-            summary.threads,
-        )?;
-        summary.bytes = out.bytes;
-        Ok(summary)
-    }
-}
-
-/// Counts the bytes written through it, for [`TraceSummary::bytes`].
-struct CountingWriter<'a, W: Write> {
-    inner: &'a mut W,
-    bytes: u64,
-}
-
-impl<W: Write> Write for CountingWriter<'_, W> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.bytes += n as u64;
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn json_string_escapes_quotes_backslashes_and_controls() {
-        assert_eq!(json_string("a\"b\\c\nd\u{1}é"), r#""a\"b\\c\nd\u0001é""#);
-    }
-
-    #[test]
-    fn micros_are_exact_nanoseconds() {
-        assert_eq!(micros(0), "0.000");
-        assert_eq!(micros(1_234_567), "1234.567");
-        assert_eq!(micros(999), "0.999");
-    }
 
     #[test]
     fn ended_codes_round_trip_every_reason() {
@@ -810,6 +672,19 @@ mod tests {
             let code = Ended::Park(reason).code();
             assert_eq!(Ended::from_code(code), ("park", Some(reason.as_str())));
         }
+    }
+
+    #[test]
+    fn the_timebase_maps_ticks_linearly_onto_the_session() {
+        // 3 ticks a nanosecond, the session 1 ms long.
+        let time = Timebase::new((5_000, 900), (1_005_000, 3_000_900));
+        assert_eq!(time.ns(900), 0);
+        assert!(time.ns(300_900).abs_diff(100_000) <= 1);
+        assert!(time.ns(3_000_900).abs_diff(1_000_000) <= 1);
+        assert_eq!(time.ns(0), 0, "before the start saturates");
+        // Nanosecond ticks map onto themselves.
+        let same = Timebase::new((100, 100), (2_100, 2_100));
+        assert_eq!(same.ns(1_337), 1_237);
     }
 
     #[test]
