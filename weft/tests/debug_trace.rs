@@ -67,8 +67,11 @@ fn start_load(rt: &weft::Runtime, stop: Arc<AtomicBool>) -> Vec<weft::JoinHandle
                 weft::task::spawn_blocking(|| std::thread::sleep(Duration::from_millis(2)));
             }
         }));
-        handles.push(named(ODD_NAME, || {
-            weft::time::sleep(Duration::from_millis(50))
+        let s = stop.clone();
+        handles.push(named(ODD_NAME, move || {
+            while !s.load(Ordering::Relaxed) {
+                weft::time::sleep(Duration::from_millis(10));
+            }
         }));
         let s = stop.clone();
         handles.push(named("spawner", move || {

@@ -334,11 +334,22 @@ fn with_log(f: impl FnOnce(&mut LogInner)) {
     std::sync::atomic::fence(Ordering::Acquire);
     let session = SESSION_ID.load(Ordering::Relaxed);
     let _ = LOCAL.try_with(|local| {
-        let mut local = local.borrow_mut();
-        if local.as_ref().is_none_or(|(id, _)| *id != session) {
-            *local = register(session).map(|log| (session, log));
+        let registered =
+            matches!(local.try_borrow().as_deref(), Ok(Some((id, _))) if *id == session);
+        if !registered {
+            // Outside any borrow of `LOCAL`: `register` takes locks and drops runtime handles,
+            // and whatever that sets off must not find it borrowed.
+            let log = register(session);
+            let Ok(mut slot) = local.try_borrow_mut() else {
+                return;
+            };
+            *slot = log.map(|log| (session, log));
         }
-        if let Some((_, log)) = local.as_ref() {
+        // A borrow that fails is an event recorded from inside another's recording: dropped.
+        let Ok(slot) = local.try_borrow() else {
+            return;
+        };
+        if let Some((_, log)) = slot.as_ref() {
             f(&mut lock(&log.inner));
         }
     });
