@@ -6,6 +6,7 @@
 //! | `/debug/tasks?debug=1` | the grouped task dump ([`super::Dump::grouped`]); `debug=2`: every task |
 //! | `/debug/stacks` | the per-spawn-site stack profile ([`crate::metrics::stack_profile`]) |
 //! | `/debug/vars` | one JSON object: what the page charts |
+//! | `/debug/trace?seconds=N` | a scheduler trace of the next N seconds (default 1, at most 60), Chrome trace-event JSON ([`super::trace`]); 409 while another trace records |
 //! | `/` | one self-contained HTML page (no external resources) charting `/debug/vars` live |
 //!
 //! Owns: the listener and its tasks: one accepts, one per connection.
@@ -32,6 +33,9 @@ use crate::net::{TcpListener, TcpStream, ToSocketAddrs};
 
 /// The most bytes of request line and headers read from one connection (invariant 3).
 pub const MAX_REQUEST: usize = 8 * 1024;
+
+/// The longest `/debug/trace?seconds=N` records; longer requests are cut to it.
+const MAX_TRACE_SECONDS: f64 = 60.0;
 
 /// How long a connection may take to send its request.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -151,8 +155,13 @@ fn handle(stream: TcpStream) -> io::Result<()> {
     };
     // Invariant 1: the body is made off the worker.
     let body = match crate::task::try_spawn_blocking(make) {
-        Ok(body) => body,
-        Err(e) => {
+        Ok(Ok(body)) => body,
+        // `/debug/trace` while another trace records.
+        Ok(Err(e)) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let text = format!("{e}\n");
+            return respond(&stream, "409 Conflict", "text/plain", text.as_bytes());
+        }
+        Ok(Err(e)) | Err(e) => {
             let text = format!("weft: debug endpoint: {e}\n");
             return respond(
                 &stream,
@@ -166,7 +175,7 @@ fn handle(stream: TcpStream) -> io::Result<()> {
     respond(&stream, "200 OK", content_type, &body)
 }
 
-type Make = Box<dyn FnOnce() -> Vec<u8> + Send>;
+type Make = Box<dyn FnOnce() -> io::Result<Vec<u8>> + Send>;
 
 /// The content type and body maker for a path, if it is one of ours.
 fn route(path: &str, query: &str) -> Option<(&'static str, Make)> {
@@ -174,11 +183,11 @@ fn route(path: &str, query: &str) -> Option<(&'static str, Make)> {
     Some(match path {
         "/" => (
             "text/html; charset=utf-8",
-            Box::new(|| PAGE.as_bytes().to_vec()),
+            Box::new(|| Ok(PAGE.as_bytes().to_vec())),
         ),
         "/metrics" => (
             "text/plain; version=0.0.4; charset=utf-8",
-            Box::new(|| prometheus().into_bytes()),
+            Box::new(|| Ok(prometheus().into_bytes())),
         ),
         "/debug/tasks" => {
             let full = query.split('&').any(|kv| kv == "debug=2");
@@ -186,19 +195,33 @@ fn route(path: &str, query: &str) -> Option<(&'static str, Make)> {
                 text,
                 Box::new(move || {
                     let dump = super::dump();
-                    if full { dump.full() } else { dump.grouped() }.into_bytes()
+                    Ok(if full { dump.full() } else { dump.grouped() }.into_bytes())
                 }),
             )
         }
         "/debug/stacks" => (
             text,
             Box::new(|| {
-                crate::metrics::stack_profile()
+                Ok(crate::metrics::stack_profile()
                     .to_file_format()
-                    .into_bytes()
+                    .into_bytes())
             }),
         ),
-        "/debug/vars" => ("application/json", Box::new(|| vars().into_bytes())),
+        "/debug/vars" => ("application/json", Box::new(|| Ok(vars().into_bytes()))),
+        "/debug/trace" => {
+            let seconds = query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("seconds="))
+                .and_then(|v| v.parse::<f64>().ok())
+                .filter(|s| s.is_finite() && *s > 0.0)
+                .unwrap_or(1.0)
+                .min(MAX_TRACE_SECONDS);
+            let duration = Duration::from_secs_f64(seconds);
+            (
+                "application/json",
+                Box::new(move || super::trace::trace_json(duration)),
+            )
+        }
         _ => return None,
     })
 }

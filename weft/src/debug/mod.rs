@@ -1,5 +1,7 @@
 //! Seeing inside a running program: task dumps with backtraces (Go's
-//! `/debug/pprof/goroutine?debug=1|2`), the SIGQUIT dump, and a debug HTTP endpoint.
+//! `/debug/pprof/goroutine?debug=1|2`), the SIGQUIT dump, scheduler traces for Perfetto
+//! ([`trace`], Go's `runtime/trace`; its own module doc in debug/trace/mod.rs), and a debug HTTP
+//! endpoint.
 //!
 //! ```
 //! let text = weft::run(|| {
@@ -15,7 +17,7 @@
 //! ```
 //!
 //! Owns: the registry of live runtimes (so a dump with no argument, like SIGQUIT's, sees
-//! them all), [`Dump`] and its renderings.
+//! them all), [`Dump`] and its renderings; the trace session (`trace`).
 //!
 //! Invariants:
 //! 1. A dump never resumes a task to run it: each worker captures its own tasks between two
@@ -26,8 +28,10 @@
 //! 3. Symbolization (seconds the first time: the binary's debug info is parsed) and rendering
 //!    run off the workers: on the blocking pool when the caller is a task.
 //!
-//! May call: `sched` (the runtimes' remotes), `chan` (answers), `task::spawn_blocking`.
-//! Called by: users, the SIGQUIT thread (`signal`), the debug endpoint (`http`).
+//! May call: `sched` (the runtimes' remotes), `chan` (answers), `task::spawn_blocking`,
+//! `time::sleep` (a trace's recording).
+//! Called by: users, the SIGQUIT thread (`signal`), the debug endpoint (`http`), and the
+//! scheduler's event sites (`trace`, behind one flag).
 //!
 //! Why capture on the workers rather than stop the world from outside: a started task's stack
 //! may only be touched on its own thread (task/mod.rs invariant 1), and a parked task is
@@ -39,6 +43,7 @@ mod http;
 mod render;
 mod signal;
 mod symbolize;
+pub(crate) mod trace;
 
 pub(crate) use capture::{
     answer, answer_started, clock_now, record, Capture, DumpRequest, ParkSite, WorkerDumpBuilder,
@@ -47,6 +52,7 @@ pub use http::{serve, DebugServer, MAX_REQUEST};
 pub(crate) use signal::action_from_env;
 pub use signal::{install_sigquit, SigquitAction};
 pub(crate) use symbolize::{release_symbolizer, report_backtrace};
+pub use trace::{is_tracing, trace, TraceSummary, MAX_EVENTS};
 
 use std::panic::Location;
 use std::sync::{Arc, Mutex, Weak};

@@ -8,10 +8,11 @@
 //! 2. The reason costs nothing, at the park or while the task waits: it is a constant
 //!    argument of the park call (the park is inlined into each site), materialised only on
 //!    the cold path that answers a dump's capture (sched/worker.rs, "Capturing a parked
-//!    task").
+//!    task") and in the `Suspend::Park` value the park switches out with, which a trace reads
+//!    (debug/trace/mod.rs) and which costs the switch nothing (a different constant).
 //!
 //! May call: nothing. Called by: every park site (`chan`, `sync`, `time`, `net`, `task`), and
-//! `debug`, which renders it.
+//! `debug`, which renders it (dumps) and records it (traces).
 //!
 //! Why an argument rather than a field of the task header written at every park: the ping-pong
 //! path parks twice per round trip, and a store there is measurable; a constant costs nothing.

@@ -13,7 +13,7 @@
 //!    a caller that submits again at once finds the thread free (it used to see the limit
 //!    reached now and then, with its own job's thread still counted busy).
 //!
-//! May call: `park`. Called by: `task::spawn_blocking`, `net::resolve`, `sched/runtime.rs`.
+//! May call: `park`, `debug::trace` (hand-offs and calls, when a trace records). Called by: `task::spawn_blocking`, `net::resolve`, `sched/runtime.rs`.
 //!
 //! Why per-runtime threads that come and go, not a fixed set: like Go (a blocked M is replaced
 //! by a new one) the number of calls in flight is what needs the threads; an idle pool costs
@@ -26,6 +26,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
 use std::time::Duration;
 
+use crate::debug::trace;
 use crate::park::{self, Waiter};
 
 /// How long an idle pool thread waits for a job before it exits.
@@ -178,8 +179,23 @@ where
         waiter: Waiter::current(),
     });
     let job_handoff = handoff.clone();
+    if trace::on() {
+        trace::handed_off();
+    }
     pool.submit(Box::new(move || {
+        let traced = if trace::on() {
+            trace::blocking_call_started()
+        } else {
+            0
+        };
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        if traced != 0 {
+            let task = match &job_handoff.waiter {
+                Waiter::Task(task) => task.header().id.as_u64(),
+                Waiter::Thread(_) => 0,
+            };
+            trace::blocking_call_ended(task, traced);
+        }
         *job_handoff.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
         // Woken by the pool once this thread counts as idle (invariant 3).
         Some(job_handoff.waiter.clone())

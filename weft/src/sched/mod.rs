@@ -53,8 +53,8 @@ mod worker;
 
 #[cfg(not(loom))]
 pub(crate) use worker::{
-    current_task, current_task_ptr, park_current_task, park_current_task_until, schedule_woken,
-    suspend_current, wake_blocked, with_spawner,
+    current_task, current_task_ptr, current_worker_of, park_current_task, park_current_task_until,
+    schedule_woken, suspend_current, wake_blocked, with_spawner,
 };
 
 #[cfg(loom)]

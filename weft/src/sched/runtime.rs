@@ -405,7 +405,7 @@ impl RuntimeBuilder {
             None => None,
         };
         stack::install_handler();
-        stack::calibrate(crate::task::Suspend::Park);
+        stack::calibrate(crate::task::Suspend::Park(crate::park::ParkReason::Park));
         crate::debug::install_sigquit(crate::debug::action_from_env(self.sigquit)?)?;
 
         let locals: Vec<_> = (0..workers)

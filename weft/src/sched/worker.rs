@@ -54,7 +54,7 @@ use crossbeam_deque::Steal;
 
 use super::runtime::{Handle, Remote, Shared};
 use super::stats::Sampler;
-use crate::debug::ParkSite;
+use crate::debug::{trace, ParkSite};
 use crate::metrics::counters;
 use crate::park::ParkReason;
 use crate::stack::{self, LocalSlots, SizeClass, Slot};
@@ -206,7 +206,7 @@ fn park_task(worker: &Worker, header: &Header, deadline: Option<Instant>, reason
         // Kept in this frame for a dump to read ("Capturing a parked task"); the clock is
         // the worker's coarse one (`Worker::clock`), not a clock read per park.
         let site = ParkSite::new(worker.clock.get());
-        suspend(header, Suspend::Park, Some((reason, &site)));
+        suspend(header, Suspend::Park(reason), Some((reason, &site)));
     }
     header.park.resumed();
     unwind_if_cancelled(header);
@@ -341,6 +341,9 @@ pub(crate) fn schedule_woken(task: Task) {
         .home()
         .expect("weft: woke a task that never started");
     if let Some(worker) = current_worker() {
+        if worker.tracing.get() {
+            trace::woke(task.header());
+        }
         worker.remote.counters.woke();
         // Compared by address: no reference count is touched on this, the ping-pong path.
         if Arc::ptr_eq(&worker.remote, home) {
@@ -348,10 +351,33 @@ pub(crate) fn schedule_woken(task: Task) {
             return;
         }
     } else {
+        if trace::on() {
+            trace::woke(task.header());
+        }
         counters::OFF_WORKER.woke();
     }
     let home = home.clone();
     home.push_woken(task);
+}
+
+/// Records the run slice of `header`'s task that began at `started` and ended in `result`.
+fn trace_run_ended(
+    header: &Header,
+    started: u64,
+    result: &CoroutineResult<Suspend, Option<crate::park::Waiter>>,
+) {
+    let ended = match result {
+        CoroutineResult::Yield(Suspend::Yield) => trace::Ended::Yield,
+        CoroutineResult::Yield(Suspend::Park(reason)) => trace::Ended::Park(*reason),
+        CoroutineResult::Return(_) => trace::Ended::Return,
+    };
+    trace::run_ended(header, started, ended);
+}
+
+/// The runtime (its `Shared`, as an address) and index of the worker this thread is, if it is
+/// one: how a trace names the thread's track.
+pub(crate) fn current_worker_of() -> Option<(*const Shared, usize)> {
+    current_worker().map(|w| (Arc::as_ptr(&w.shared), w.index))
 }
 
 /// The blocking pool of the runtime the running task belongs to; `None` on a plain thread
@@ -483,6 +509,9 @@ impl Spawner<'_> {
     pub(crate) fn submit(&self, task: Task) {
         match self {
             Spawner::Worker(w) => {
+                if w.tracing.get() {
+                    trace::spawned(task.header());
+                }
                 w.remote.counters.spawned();
                 if w.shared.shutdown.load(Ordering::Relaxed) {
                     // A spawn during shutdown (a cancelled task's destructor) is cancelled
@@ -514,6 +543,9 @@ impl Spawner<'_> {
                 }
             }
             Spawner::Handle(h) => {
+                if trace::on() {
+                    trace::spawned(task.header());
+                }
                 counters::OFF_WORKER.spawned();
                 h.submit(task);
             }
@@ -600,6 +632,12 @@ pub(crate) struct Worker {
     /// this VM, a fifth of a ping-pong round trip). A park's time may read early by up to
     /// that many task runs.
     clock: Cell<u64>,
+    /// `debug::trace::on()`, refreshed with `clock`: what this worker's event sites test
+    /// (debug/trace/mod.rs invariant 1). A field of the worker the site holds anyway, where the
+    /// global flag is a load through the GOT from another codegen unit (two instructions
+    /// more at each of the four sites of a ping-pong round trip). A trace starts on a
+    /// worker within `INJECTOR_INTERVAL` picks or at its next wake.
+    tracing: Cell<bool>,
     /// Which live tasks have their stack depth sampled (stats.rs).
     sampler: Sampler,
 }
@@ -629,6 +667,7 @@ impl Worker {
             spawns_this_resume: Cell::new(0),
             named_running: Cell::new(false),
             clock: Cell::new(crate::debug::clock_now()),
+            tracing: Cell::new(trace::on()),
             sampler: Sampler::default(),
         }
     }
@@ -740,6 +779,7 @@ impl Worker {
     fn next_task_from_queues(&self, tick: u32) -> Option<Task> {
         if tick % INJECTOR_INTERVAL == 0 {
             self.clock.set(crate::debug::clock_now());
+            self.tracing.set(trace::on());
             self.fire_timers();
             self.poll_io();
             if let Some(task) = self.steal_from_injector() {
@@ -799,7 +839,12 @@ impl Worker {
     fn steal_from_injector(&self) -> Option<Task> {
         loop {
             match self.shared.injector.steal_batch_and_pop(&self.new_tasks) {
-                Steal::Success(task) => return Some(task),
+                Steal::Success(task) => {
+                    if self.tracing.get() {
+                        trace::stole(task.header(), None);
+                    }
+                    return Some(task);
+                }
                 Steal::Empty => return None,
                 Steal::Retry => {}
             }
@@ -819,12 +864,18 @@ impl Worker {
             // Placed there by a spawn, not yet taken by that worker (it may be busy).
             if let Some(task) = self.shared.remotes[victim].take_placed() {
                 self.remote.activity.stole();
+                if self.tracing.get() {
+                    trace::stole(task.header(), Some(victim));
+                }
                 return Some(task);
             }
             loop {
                 match stealers[victim].steal_batch_and_pop(&self.new_tasks) {
                     Steal::Success(task) => {
                         self.remote.activity.stole();
+                        if self.tracing.get() {
+                            trace::stole(task.header(), Some(victim));
+                        }
                         return Some(task);
                     }
                     Steal::Empty => break,
@@ -958,6 +1009,7 @@ impl Worker {
         }
         self.remote.flags.end_sleep();
         self.clock.set(crate::debug::clock_now());
+        self.tracing.set(trace::on());
         // monitor.rs "Idle" step 2.
         self.shared.monitor_rest.worker_awake();
     }
@@ -971,7 +1023,29 @@ impl Worker {
     }
 
     /// Resumes `task` until it yields, parks or returns (task/mod.rs invariant 1).
+    ///
+    /// debug/trace/mod.rs invariant 1: off, this one test of a worker field is all a trace
+    /// costs here. The traced run is a copy of its own, so that the untraced one carries
+    /// nothing across the resume (a branch around the resume alone cost ≈9 instructions per
+    /// run: the result went through memory to merge the two paths).
+    #[inline(always)]
     fn run_task(&self, task: Task) {
+        if self.tracing.get() {
+            self.run_task_traced(task);
+        } else {
+            self.resume_task::<false>(task);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn run_task_traced(&self, task: Task) {
+        self.resume_task::<true>(task);
+    }
+
+    /// `run_task`, recording a run slice when `TRACED`.
+    #[inline(always)]
+    fn resume_task<const TRACED: bool>(&self, task: Task) {
         let header: &Header = task.header();
         // SAFETY: this worker popped `task` from a queue, so it is the only one touching its run
         // state now: a New task is in one queue at a time, and a Started one is only ever
@@ -1012,7 +1086,11 @@ impl Worker {
         }
         super::coop::reset(); // coop.rs invariant 1
         self.spawns_this_resume.set(0);
+        let started = if TRACED { trace::run_started() } else { 0 };
         let result = coroutine.resume(());
+        if TRACED {
+            trace_run_ended(header, started, &result);
+        }
         remote.running_id.store(0, Ordering::Relaxed);
         stack::set_running(None);
         self.current.set(None);
@@ -1024,7 +1102,7 @@ impl Worker {
                 // every INJECTOR_INTERVAL picks, which can be 61 budgets away.
                 self.fire_timers();
             }
-            CoroutineResult::Yield(Suspend::Park) => {
+            CoroutineResult::Yield(Suspend::Park(_)) => {
                 // park/state.rs invariant 2: published only now, off the task's stack.
                 if header.park.publish_parked() {
                     remote.counters.parked();

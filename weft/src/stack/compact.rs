@@ -1230,7 +1230,7 @@ mod tests {
 
     #[test]
     fn calibration_bounds_the_switch_frames() {
-        calibrate(crate::task::Suspend::Park);
+        calibrate(crate::task::Suspend::Park(crate::park::ParkReason::Park));
         let margin = margin().expect("calibration failed on a supported target");
         // The switch pushes three words below the recorded pointer at least.
         assert!((24..=MAX_MARGIN).contains(&margin), "margin {margin}");
