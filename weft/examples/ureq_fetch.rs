@@ -12,6 +12,9 @@
 //! 128 KiB buffers per agent (every one an `mmap`, since none was freed yet) and the first
 //! touch of that memory, which is not what the comparison is about.
 //!
+//! `--ureq-buffer BYTES` sizes ureq's input and output buffers (ureq's default: 128 KiB each,
+//! allocated and zeroed per agent, so per task here; the weft::net client reads into 4 KiB).
+//!
 //! `--off` adds a run with the interposition switched off: the server then runs in a runtime
 //! of its own (in the same runtime the blocked workers would starve it for good), and each
 //! ureq call blocks its client worker, so only as many requests are in flight as there are
@@ -23,7 +26,11 @@ mod http;
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+/// ureq's input and output buffer size for [`with_ureq`]; 0: ureq's default.
+pub static UREQ_BUFFER: AtomicUsize = AtomicUsize::new(0);
 
 /// Request `r` of task `task`: its path and the body the server must answer.
 pub fn request(task: usize, r: usize) -> (String, String) {
@@ -48,10 +55,12 @@ pub fn with_ureq(
     requests: usize,
     timeout: Option<Duration>,
 ) -> usize {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(timeout)
-        .build()
-        .into();
+    let mut config = ureq::Agent::config_builder().timeout_global(timeout);
+    let buffer = UREQ_BUFFER.load(Ordering::Relaxed);
+    if buffer > 0 {
+        config = config.input_buffer_size(buffer).output_buffer_size(buffer);
+    }
+    let agent: ureq::Agent = config.build().into();
     (0..requests)
         .filter(|&r| {
             let (path, want) = request(task, r);
@@ -127,6 +136,7 @@ struct Args {
     rounds: usize,
     workers: usize,
     off: bool,
+    ureq_buffer: usize,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -136,6 +146,7 @@ fn parse_args() -> Result<Args, String> {
         rounds: 3,
         workers: 2,
         off: false,
+        ureq_buffer: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -150,10 +161,11 @@ fn parse_args() -> Result<Args, String> {
             "--requests" => args.requests = number("--requests")?,
             "--rounds" => args.rounds = number("--rounds")?,
             "--workers" => args.workers = number("--workers")?,
+            "--ureq-buffer" => args.ureq_buffer = number("--ureq-buffer")?,
             "--off" => args.off = true,
             "-h" | "--help" => {
                 return Err("usage: ureq_fetch [--tasks N] [--requests N] [--rounds N] \
-                            [--workers N] [--off]"
+                            [--workers N] [--ureq-buffer BYTES] [--off]"
                     .into())
             }
             other => return Err(format!("unknown argument {other:?} (try --help)")),
@@ -180,6 +192,7 @@ fn main() {
         eprintln!("ureq_fetch: cannot raise the descriptor limit: {e}");
     }
     let total = args.tasks * args.requests;
+    UREQ_BUFFER.store(args.ureq_buffer, Ordering::Relaxed);
     let runtime = weft::Runtime::builder()
         .workers(args.workers)
         .build()
@@ -216,8 +229,12 @@ fn main() {
     });
     let ratios: Vec<f64> = net.iter().zip(&ureq).map(|(n, u)| u / n).collect();
     let (net_ms, ureq_ms, ratio) = (median(&net) * 1e3, median(&ureq) * 1e3, median(&ratios));
+    let buffers = match args.ureq_buffer {
+        0 => "ureq's default buffers".to_string(),
+        n => format!("ureq buffers of {n} B"),
+    };
     println!(
-        "{tasks} tasks x {requests} requests on {} workers, medians of {rounds}: \
+        "{tasks} tasks x {requests} requests on {} workers, medians of {rounds}, {buffers}: \
          weft::net {net_ms:.1} ms, ureq interposed {ureq_ms:.1} ms: ureq/weft::net x{ratio:.2}",
         args.workers
     );
@@ -244,7 +261,7 @@ fn main() {
     println!(
         "{{\"tasks\":{tasks},\"requests\":{requests},\"workers\":{},\"rounds\":{rounds},\
          \"weft_net_ms\":{net_ms:.1},\"ureq_ms\":{ureq_ms:.1},\"ratio\":{ratio:.3},\
-         \"ureq_off_ms\":{off_json}}}",
-        args.workers
+         \"ureq_off_ms\":{off_json},\"ureq_buffer\":{}}}",
+        args.workers, args.ureq_buffer
     );
 }
