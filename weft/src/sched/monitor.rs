@@ -433,7 +433,7 @@ fn watch(
                 .unwrap_or_else(|e| e.into_inner())
                 .clone();
             let activity = read_activity(remote);
-            let backtrace = match activity {
+            let frames = match activity {
                 StuckActivity::Computing if !warned_before(site as usize) => {
                     super::monitor_sample::sample(remote.tid.load(Ordering::Relaxed))
                 }
@@ -445,6 +445,11 @@ fn watch(
             }
             shared.monitor_warnings.fetch_add(1, Ordering::Relaxed);
             if first_warning_for(site as usize) {
+                // Symbolized only now, for the report: a sample of a task that moved on, or
+                // of a site reported before, is dropped unnamed (naming one costs up to
+                // seconds of this thread's CPU, which an echo server under a burst of
+                // connections paid at every stall of its accept loop).
+                let backtrace = frames.as_deref().map(super::monitor_sample::symbolize);
                 // SAFETY: the worker stores only `&'static Location` pointers (or null).
                 let spawn_site: Option<&'static Location<'static>> = unsafe { site.as_ref() };
                 report(&MonitorReport {

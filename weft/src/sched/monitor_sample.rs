@@ -127,10 +127,11 @@ extern "C" fn handle_sample(
     STATE.store(DONE, Ordering::Release);
 }
 
-/// Interrupts the worker thread `tid` and returns the task's frames: the interrupted
-/// instruction, then return addresses found on its stack. `None` if another sample is in
-/// progress or the thread did not answer in time.
-pub(crate) fn sample(tid: i32) -> Option<Backtrace> {
+/// Interrupts the worker thread `tid` and returns the task's frames, unsymbolized: the
+/// interrupted instruction, then return addresses found on its stack. `None` if another
+/// sample is in progress or the thread did not answer in time. Cheap next to [`symbolize`],
+/// which the monitor calls only for a report it makes.
+pub(crate) fn sample(tid: i32) -> Option<Vec<usize>> {
     install();
     STATE
         .compare_exchange(IDLE, CLAIMED, Ordering::Acquire, Ordering::Relaxed)
@@ -176,13 +177,19 @@ pub(crate) fn sample(tid: i32) -> Option<Backtrace> {
             ips.push(word);
         }
     }
-    let backtrace = crate::debug::report_backtrace(&ips, true);
+    Some(ips)
+}
+
+/// Names the frames of a [`sample`]: the first time in a process, seconds of CPU and tens of
+/// megabytes, parsing the binary's debug info.
+pub(crate) fn symbolize(ips: &[usize]) -> Backtrace {
+    let backtrace = crate::debug::report_backtrace(ips, true);
     // A running program keeps nothing of it: the symbolizer's caches hold the parsed debug
     // info (≈40 MB for weft's own release binaries with debuginfo, measured as the echo
     // server's RSS after one report), which a process that only wanted one warning should
     // not carry for the rest of its life.
     crate::debug::release_symbolizer();
-    Some(backtrace)
+    backtrace
 }
 
 /// Executable mappings of this process, from `/proc/self/maps`.
