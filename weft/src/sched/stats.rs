@@ -17,11 +17,13 @@
 //! `sched/worker.rs`, `sched/runtime.rs`, `metrics::snapshot`.
 //!
 //! # How the stack depth is sampled
-//! A sampled task's slot has all its pages given back to the kernel just before the task
-//! starts on it; when it finishes, `mincore(2)` finds the lowest resident page of the slot,
-//! and the distance from the slot's top to it is the deepest the task's stack went, rounded up
-//! to a page. Exact to a page, whatever the task did (frames, `alloca`-like arrays, a signal
-//! on the stack), at two syscalls and a few page faults per sampled task.
+//! A sampled task's slot has its pages below the top one given back to the kernel just
+//! before the task starts on it (the top page holds the task's first frames anyway; usually
+//! nothing is resident below it, and then only a `mincore` is made); when it finishes,
+//! `mincore(2)` finds the lowest resident page of the slot, and the distance from the slot's
+//! top to it is the deepest the task's stack went, rounded up to a page. Exact to a page,
+//! whatever the task did (frames, `alloca`-like arrays, a signal on the stack), at two or
+//! three syscalls and a few page faults per sampled task.
 //!
 //! Rejected: `mincore` alone on every finish: a warm reused slot keeps the pages of earlier,
 //! deeper tasks, so it measures the deepest task that ever ran there, not this one. Painting a
