@@ -62,12 +62,12 @@ use crate::task::{interrupt, Cancelled, Header, RunState, Suspend, Task, TaskCor
 
 /// How long an idle worker keeps looking for work before it sleeps.
 const SPIN: Duration = Duration::from_micros(50);
+/// Idle spins in a row that found no work, after which a worker sleeps without spinning.
+const SPIN_MISSES: u32 = 4;
 /// How far ahead an idle worker restores the compacted stacks of tasks its timers will wake
 /// (`Worker::restore_due_soon`), and how many at most per idle.
 const PRE_RESTORE: Duration = Duration::from_micros(500);
 const PRE_RESTORE_MAX: usize = 64;
-/// Idle spins in a row that found no work, after which a worker sleeps without spinning.
-const SPIN_MISSES: u32 = 4;
 /// How often (in tasks run) the injector is checked before local work, so that tasks spawned
 /// from outside are not starved by a busy worker (Go checks its global queue every 61 ticks).
 const INJECTOR_INTERVAL: u32 = 61;
@@ -938,6 +938,9 @@ impl Worker {
     /// than its resume only holds its page a moment longer, and it is not compacted again
     /// before its next park (the restore clears its flags).
     fn restore_due_soon(&self) {
+        if !self.stacks.borrow().compacts() {
+            return;
+        }
         let horizon = Instant::now() + PRE_RESTORE;
         let timers = self.timers.borrow();
         for (&(deadline, _), task) in timers.iter().take(PRE_RESTORE_MAX) {

@@ -959,6 +959,11 @@ impl ParkedStacks {
         self.reclaim_ms != u32::MAX || self.compact_ms != u32::MAX
     }
 
+    /// Whether this worker compacts parked tasks' stacks (so that some may need a restore).
+    pub(crate) fn compacts(&self) -> bool {
+        self.compact_ms != u32::MAX
+    }
+
     fn first_due_ms(&self) -> u32 {
         self.reclaim_ms.min(self.compact_ms)
     }

@@ -102,6 +102,16 @@ impl<W: Write> JsonOut<'_, W> {
         self
     }
 
+    /// An event's place on the timeline: `"pid":…,"tid":…,"ts":…` (`ts` in µs from `ns`).
+    fn place(&mut self, pid: u64, tid: u64, ns: u64) -> &mut Self {
+        self.s("\"pid\":")
+            .n(pid)
+            .s(",\"tid\":")
+            .n(tid)
+            .s(",\"ts\":")
+            .us(ns)
+    }
+
     /// Ends one event: writes the buffer out once it is large.
     fn end(&mut self) -> io::Result<()> {
         if self.buf.len() >= Self::FLUSH_AT {
@@ -240,12 +250,8 @@ impl Recorded {
                                 out.s("\"task ").n(task).s("\"");
                             }
                         }
-                        out.s(",\"pid\":")
-                            .n(pid)
-                            .s(",\"tid\":")
-                            .n(tid)
-                            .s(",\"ts\":")
-                            .us(at)
+                        out.s(",")
+                            .place(pid, tid, at)
                             .s(",\"dur\":")
                             .us(time.ns(e.end).saturating_sub(at))
                             .s(",\"args\":{\"task\":")
@@ -266,12 +272,7 @@ impl Recorded {
                     }
                     Kind::BlockingCall => {
                         out.s(",\n{\"ph\":\"X\",\"cat\":\"blocking\",\"name\":\"blocking call\",")
-                            .s("\"pid\":")
-                            .n(pid)
-                            .s(",\"tid\":")
-                            .n(tid)
-                            .s(",\"ts\":")
-                            .us(at)
+                            .place(pid, tid, at)
                             .s(",\"dur\":")
                             .us(time.ns(e.end).saturating_sub(at))
                             .s(",\"args\":{\"task\":")
@@ -287,12 +288,8 @@ impl Recorded {
                         };
                         out.s(",\n{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"sched\",\"name\":\"")
                             .s(name)
-                            .s("\",\"pid\":")
-                            .n(pid)
-                            .s(",\"tid\":")
-                            .n(tid)
-                            .s(",\"ts\":")
-                            .us(at)
+                            .s("\",")
+                            .place(pid, tid, at)
                             .s(",\"args\":{\"task\":")
                             .n(task);
                         match e.kind {
@@ -321,22 +318,14 @@ impl Recorded {
                                     .s(name)
                                     .s("\",\"id\":")
                                     .n(flows)
-                                    .s(",\"pid\":")
-                                    .n(pid)
-                                    .s(",\"tid\":")
-                                    .n(tid)
-                                    .s(",\"ts\":")
-                                    .us(at)
+                                    .s(",")
+                                    .place(pid, tid, at)
                                     .s("},\n{\"ph\":\"f\",\"bp\":\"e\",\"cat\":\"flow\",\"name\":\"")
                                     .s(name)
                                     .s("\",\"id\":")
                                     .n(flows)
-                                    .s(",\"pid\":")
-                                    .n(pid)
-                                    .s(",\"tid\":")
-                                    .n(run_tid as u64)
-                                    .s(",\"ts\":")
-                                    .us(time.ns(run_at))
+                                    .s(",")
+                                    .place(pid, run_tid as u64, time.ns(run_at))
                                     .s("}");
                             }
                         }
