@@ -593,9 +593,13 @@ fn a_restored_task_that_overflows_is_reported() {
         overflow_after_restore_child();
         return;
     }
-    let Some((_, stderr)) =
-        aborted_child("a_restored_task_that_overflows_is_reported", OVERFLOW_CHILD)
-    else {
+    assert_overflow_reported("a_restored_task_that_overflows_is_reported", OVERFLOW_CHILD);
+}
+
+/// Runs the test `name` in a child with `var` set and checks that it aborted with the
+/// overflow report of a 64 KiB task spawned in this file (unless the child skipped).
+fn assert_overflow_reported(name: &str, var: &str) {
+    let Some((_, stderr)) = aborted_child(name, var) else {
         return;
     };
     let line = stderr
@@ -673,4 +677,134 @@ fn wake_a_compacted_task(
         .expect("task handle")
         .unpark();
     local
+}
+
+const FRESH_OVERFLOW_CHILD: &str = "WEFT_TEST_STACK_FRESH_OVERFLOW_CHILD";
+const FRESH_FORK_CHILD: &str = "WEFT_TEST_STACK_FRESH_FORK_CHILD";
+
+/// Registers the 64 KiB slots' region (a task is compacted), then starts over a thousand
+/// tasks that hold their slots, so that 64 KiB slots are carved from the registered region
+/// without guard markers (stack/region.rs invariant 2), past the first page of its
+/// compaction table (never compacted, so never touched), and runs `f` in a task on the next
+/// slot carved.
+fn run_on_a_slot_carved_after_registration(rt: &weft::Runtime, f: impl FnOnce() + Send + 'static) {
+    wake_a_compacted_task(rt, |local| {
+        black_box(local);
+    });
+    const SHORT: usize = 1100;
+    let gate = Arc::new(AtomicBool::new(false));
+    let started = Arc::new(AtomicUsize::new(0));
+    let short: Vec<_> = (0..SHORT)
+        .map(|_| {
+            let (gate, started) = (gate.clone(), started.clone());
+            weft::task::Builder::new()
+                .stack_size(64 << 10)
+                .spawn_on(&rt.handle(), move || {
+                    started.fetch_add(1, Ordering::AcqRel);
+                    // Yield, never park: every one holds its slot until all have started,
+                    // and none is compacted.
+                    while !gate.load(Ordering::Acquire) {
+                        weft::task::yield_now();
+                    }
+                })
+                .unwrap()
+        })
+        .collect();
+    while started.load(Ordering::Acquire) < SHORT {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Every slot carved so far is held: this one is carved now.
+    weft::task::Builder::new()
+        .stack_size(64 << 10)
+        .spawn_on(&rt.handle(), f)
+        .unwrap()
+        .join()
+        .unwrap();
+    gate.store(true, Ordering::Release);
+    for task in short {
+        task.join().unwrap();
+    }
+}
+
+/// A task on a slot that never had a guard marker (carved after its region was registered:
+/// the registration is its guard) that overflows is reported like any overflow.
+#[test]
+fn a_task_on_an_unmarked_slot_that_overflows_is_reported() {
+    if std::env::var(FRESH_OVERFLOW_CHILD).is_ok() {
+        let _done = watchdog("fresh overflow child", 30);
+        let rt = eager_runtime(2);
+        if !compaction_available() {
+            println!("skipped");
+            return;
+        }
+        run_on_a_slot_carved_after_registration(&rt, || {
+            black_box(recurse_forever(0));
+        });
+        std::thread::sleep(Duration::from_secs(10));
+        println!("the overflow did not abort the process");
+        return;
+    }
+    assert_overflow_reported(
+        "a_task_on_an_unmarked_slot_that_overflows_is_reported",
+        FRESH_OVERFLOW_CHILD,
+    );
+}
+
+/// A forked child has no userfaultfd registration, so a slot that the registration guarded
+/// in the parent gets a guard marker in the child (stack/compact.rs, "fork"): a task that
+/// forks on such a slot, and whose child touches the slot's guard page, kills the child.
+#[test]
+fn a_forked_child_guards_slots_the_registration_guarded() {
+    if std::env::var(FRESH_FORK_CHILD).is_ok() {
+        let _done = watchdog("fresh fork child", 30);
+        let rt = eager_runtime(2);
+        if !compaction_available() {
+            println!("skipped");
+            return;
+        }
+        let status = Arc::new(AtomicU64::new(u64::MAX));
+        let seen = status.clone();
+        run_on_a_slot_carved_after_registration(&rt, move || {
+            let local = 0u8;
+            let guard = (&local as *const u8 as usize) & !((64 << 10) - 1);
+            // SAFETY: the child only reads its guard page and exits; no allocation, no locks.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                // SAFETY: deliberately reads the guard page: the child should die here.
+                let value = unsafe { std::ptr::read_volatile(guard as *const u8) };
+                // SAFETY: leaves the child at once.
+                unsafe { libc::_exit(i32::from(value) + 7) };
+            }
+            let mut raw = 0;
+            // SAFETY: waits for our own child.
+            unsafe { libc::waitpid(pid, &mut raw, 0) };
+            seen.store(raw as u64, Ordering::Release);
+        });
+        let start = Instant::now();
+        while status.load(Ordering::Acquire) == u64::MAX {
+            assert!(start.elapsed() < Duration::from_secs(20), "no child status");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let raw = status.load(Ordering::Acquire) as i32;
+        println!(
+            "child: exited {} status {}, signalled {} signal {}",
+            libc::WIFEXITED(raw),
+            libc::WEXITSTATUS(raw),
+            libc::WIFSIGNALED(raw),
+            libc::WTERMSIG(raw)
+        );
+        std::process::exit(0);
+    }
+    let (output, stdout, stderr) = run_child(
+        "a_forked_child_guards_slots_the_registration_guarded",
+        &[(FRESH_FORK_CHILD, "1")],
+    );
+    if stdout.contains("skipped") {
+        return;
+    }
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("child: exited false") && stdout.contains("signalled true"),
+        "the child read its guard page: {stdout}\n{stderr}"
+    );
 }

@@ -38,9 +38,11 @@
 //!    its image) — changes only under the slot's lock. In COMPACTED state no page of the slot
 //!    is present and no guard marker is installed; in RESIDENT state its live bytes are in
 //!    its pages and its guard page is guarded (outside a compaction's locked section): by a
-//!    marker, or, once restored where invariant 8 holds, by the registration alone.
+//!    marker, or, where invariant 8 holds, by the registration alone (once restored, or
+//!    from the start for a slot carved after its region was registered).
 //! 3. Compaction of a run of consecutive slots, whose tasks are suspended on the worker that
-//!    compacts them, holds all their locks and: (a) removes their guard markers; (b)
+//!    compacts them, holds all their locks and: (a) removes their guard markers (only slots
+//!    carved before their region's registration can have one); (b)
 //!    write-protects the run with userfaultfd — after the ioctl returns no thread can write a
 //!    present page of the run without faulting (the TLB shootdown is part of the ioctl), and
 //!    a fault waits for the fault thread, which waits for the locks; (c) copies each task's
@@ -69,6 +71,9 @@
 //!    marker (a `madvise` per wake, ≈0.6–1 µs of the ≈2.3 µs a restore costs here). A
 //!    syscall that writes into a guard page then aborts the process instead of failing with
 //!    EFAULT; a forked child, which has no registration, gets every marker back (see "fork").
+//!    Slots carved once their region is registered get no marker at all: in a spawn storm
+//!    installing markers and removing them again at compaction (a walk of every page-table
+//!    entry of the run) was a fifth of the workers' CPU.
 //!
 //! # Page tables
 //! A page-table page maps a 2 MiB window (8 default slots). The kernel frees it (Linux's
@@ -90,10 +95,10 @@
 //! zeros. A `pthread_atfork` handler takes every slot lock before the fork (no compaction
 //! is half done in the child), and the child writes every image back into its slot with
 //! plain stores before it returns from `fork` (it costs a page fault per compacted task),
-//! and puts a guard marker on every slot that has been compacted (invariant 8: without the
-//! registration, a guard page without a marker would not be one): a `madvise` per such
-//! slot, ≈1 s in a child of a process that compacted a million tasks. The child then runs
-//! without compaction.
+//! and puts a guard marker on every slot that has been compacted or was carved without one
+//! (invariant 8: without the registration, a guard page without a marker would not be one):
+//! a `madvise` per such slot, ≈1 s in a child of a process that compacted a million tasks.
+//! The child then runs without compaction.
 //!
 //! May call: `uffd.rs`, `region.rs`, `image.rs`, libc. Called by: `sched` (worker hooks), `task`.
 //!
@@ -505,6 +510,13 @@ unsafe impl corosensei::stack::Stack for ProbeStack {
 /// Set in a forked child: no registration, no compaction.
 static FORKED: AtomicBool = AtomicBool::new(false);
 
+/// Whether the registration alone guards the slots of a registered region (invariant 8):
+/// fault messages name the faulting thread, and this is not a forked child (which has no
+/// registration).
+pub(crate) fn registration_guards() -> bool {
+    uffd::knows_faulting_threads() && !FORKED.load(Ordering::Relaxed)
+}
+
 /// Whether stack regions are registered with userfaultfd: decided at the first region.
 fn registration() -> Result<(), &'static str> {
     static DECIDED: OnceLock<Result<(), &'static str>> = OnceLock::new();
@@ -651,6 +663,19 @@ extern "C" fn fork_child() {
             )
         };
         entry.store(std::ptr::null_mut(), Ordering::Relaxed);
+    });
+    // Slots carved with no marker because the registration guarded them (region.rs
+    // invariant 2) and not visited above (never run, e.g. in a pool): the child has no
+    // registration.
+    region::for_each_unmarked_slot(|slot| {
+        // SAFETY: the slot's first page, its guard page, which holds nothing.
+        unsafe {
+            libc::madvise(
+                slot as *mut libc::c_void,
+                region::page_size(),
+                region::MADV_GUARD_INSTALL,
+            )
+        };
     });
     for index in 0..LOCKS {
         unlock(index);
@@ -1139,12 +1164,17 @@ fn compact_run(run: &[Candidate<'_>]) {
     for &index in &locks {
         lock(index);
     }
-    // 3a, 3b.
-    let ok = region::remove_guards(start, len) && uffd::write_protect(start, len, true);
+    // 3a, 3b. Only slots carved before the region was registered may carry a marker
+    // (region.rs invariant 2): removing markers walks every page-table entry of its range,
+    // so the walk stops where the marked slots end.
+    let marked = starts.partition_point(|&s| region::may_have_marker(s));
+    let marked_end = starts.get(marked).copied().unwrap_or(end);
+    let ok = (marked == 0 || region::remove_guards(start, marked_end - start))
+        && uffd::write_protect(start, len, true);
     let ok = ok && region::resident_pages(start, len, &mut resident);
     if !ok {
         uffd::write_protect(start, len, false);
-        region::install_guards(&starts).ok();
+        region::install_guards(&starts[..marked]).ok();
         for &index in &locks {
             unlock(index);
         }

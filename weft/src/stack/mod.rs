@@ -384,7 +384,7 @@ impl SlotPool {
     }
 
     /// Cuts up to `n` never-used slots from the current region (reserving a new one when it is
-    /// full) and guards their first pages.
+    /// full) and guards their first pages (region.rs invariant 2).
     fn carve(&self, inner: &mut PoolInner, n: usize) -> io::Result<Vec<usize>> {
         let size = self.class.bytes();
         if inner.next + size > inner.end {
@@ -401,7 +401,7 @@ impl SlotPool {
         }
         let n = n.min((inner.end - inner.next) / size).max(1);
         let starts: Vec<usize> = (0..n).map(|i| inner.next + i * size).collect();
-        region::install_guards(&starts)?;
+        region::guard_carved(&starts, size)?;
         inner.next += n * size;
         Ok(starts)
     }

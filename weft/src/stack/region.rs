@@ -6,13 +6,18 @@
 //! Invariants:
 //! 1. A region, once published in [`REGIONS`], is never unmapped: slots point into it for the
 //!    life of the process, and the signal handler reads the table without locks.
-//! 2. Every slot handed out has its lowest page guarded before its first use.
+//! 2. Every slot handed out has its lowest page guarded before its first use: by a guard
+//!    marker, or, for a slot carved once its region is registered where the registration
+//!    guards (compact.rs invariant 8), by the registration alone. Carving is in address order
+//!    under the pool's lock and a registration is for good, so a region's unmarked slots are
+//!    exactly `[unmarked_from, carved_end)` (both kept in its entry).
 //! 3. Where compaction may run, a region has a table of one pointer per slot (compact.rs
 //!    invariant 2), published with the region and never freed. The region is registered
 //!    with userfaultfd (whole, once: uffd.rs invariant 1) at its first compaction, before
 //!    any of its slots is COMPACTED, and stays registered; until then its faults are the
 //!    kernel's ordinary ones, so a burst of spawns into a fresh region costs what it did
-//!    without compaction.
+//!    without compaction. Once one region is registered, later ones are registered when
+//!    they are reserved.
 //!
 //! May call: libc. Called by: `stack/mod.rs`, `stack/overflow.rs`.
 //!
@@ -22,7 +27,7 @@
 //! guarded slots stay one mapping.
 
 use std::io;
-use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 /// `madvise` advice that installs guard markers (Linux 6.13+); not yet in every libc release.
@@ -52,6 +57,11 @@ struct RegionEntry {
     table: AtomicPtr<AtomicPtr<u8>>,
     /// Registered with userfaultfd (invariant 3); `REGISTER_FAILED` if that failed.
     registered: AtomicU8,
+    /// The first slot carved without a guard marker (invariant 2); `usize::MAX` while every
+    /// carved slot has one.
+    unmarked_from: AtomicUsize,
+    /// The end of the slots carved so far.
+    carved_end: AtomicUsize,
 }
 
 /// `RegionEntry::registered`: not yet, done, failed for good.
@@ -66,6 +76,8 @@ const EMPTY_ENTRY: RegionEntry = RegionEntry {
     slot_size: AtomicUsize::new(0),
     table: AtomicPtr::new(std::ptr::null_mut()),
     registered: AtomicU8::new(REGISTER_NOT_YET),
+    unmarked_from: AtomicUsize::new(usize::MAX),
+    carved_end: AtomicUsize::new(0),
 };
 static REGIONS: [RegionEntry; MAX_REGIONS] = [EMPTY_ENTRY; MAX_REGIONS];
 static REGION_COUNT: AtomicUsize = AtomicUsize::new(0);
@@ -104,10 +116,22 @@ pub(crate) fn reserve(slot_size: usize) -> io::Result<usize> {
     entry.slot_size.store(slot_size, Ordering::Relaxed);
     entry.table.store(table, Ordering::Relaxed);
     entry.registered.store(REGISTER_NOT_YET, Ordering::Relaxed);
+    entry.unmarked_from.store(usize::MAX, Ordering::Relaxed);
+    entry.carved_end.store(start, Ordering::Relaxed);
     // Release: pairs with the Acquire load in `guard_page_of`, so the handler sees the fields.
     REGION_COUNT.store(index + 1, Ordering::Release);
+    drop(_publish);
+    // A process that has compacted once will again: its next region is registered before
+    // any slot is carved from it, so that the registration guards them all (invariant 2)
+    // instead of half a region's slots taking a marker that their compaction removes.
+    if ANY_REGISTERED.load(Ordering::Relaxed) {
+        ensure_registered(start);
+    }
     Ok(start)
 }
+
+/// Set once any region is registered.
+static ANY_REGISTERED: AtomicBool = AtomicBool::new(false);
 
 /// A fresh private anonymous mapping of `len` bytes, readable and writable (`MAP_NORESERVE`:
 /// address space, committed a page at a time on first touch); `None` if the kernel refuses.
@@ -201,6 +225,9 @@ pub(crate) fn ensure_registered(addr: usize) -> bool {
         };
         // Release: pairs with the Acquire loads above and in `registered`.
         entry.registered.store(state, Ordering::Release);
+        if state == REGISTER_DONE {
+            ANY_REGISTERED.store(true, Ordering::Relaxed);
+        }
     }
     entry.registered.load(Ordering::Relaxed) == REGISTER_DONE
 }
@@ -493,6 +520,75 @@ const GUARD_UNKNOWN: u8 = 0;
 const GUARD_MADVISE: u8 = 1;
 /// `mprotect(PROT_NONE)`: splits the mapping, two mappings per slot.
 const GUARD_MPROTECT: u8 = 2;
+
+/// Guards slots just carved, `starts` (consecutive, in address order, all in one region of
+/// `size`-byte slots; invariant 2): nothing to install where the region is registered and the
+/// registration guards (compact.rs invariant 8), guard markers otherwise. Called under the
+/// pool's lock, which orders carves.
+pub(crate) fn guard_carved(starts: &[usize], size: usize) -> io::Result<()> {
+    let (Some(&first), Some(&last)) = (starts.first(), starts.last()) else {
+        return Ok(());
+    };
+    let entry = entry_of(first);
+    // Acquire: pairs with the Release store in `ensure_registered`.
+    let registered = entry.is_some_and(|e| e.registered.load(Ordering::Acquire) == REGISTER_DONE);
+    match entry {
+        Some(entry) if registered && super::compact::registration_guards() => {
+            if entry.unmarked_from.load(Ordering::Relaxed) == usize::MAX {
+                entry.unmarked_from.store(first, Ordering::Relaxed);
+            }
+        }
+        _ => install_guards(starts)?,
+    }
+    if let Some(entry) = entry {
+        entry.carved_end.store(last + size, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// Whether the slot at `slot` may carry a guard marker: it was carved before its region's
+/// first unmarked slot (invariant 2). The caller reached the slot through the task that
+/// runs on it, after its carve.
+pub(crate) fn may_have_marker(slot: usize) -> bool {
+    entry_of(slot).is_none_or(|e| slot < e.unmarked_from.load(Ordering::Relaxed))
+}
+
+/// Calls `f(slot)` for every slot carved without a guard marker (invariant 2) that
+/// [`for_each_table_entry`] does not visit (its table page is not resident: no task on it
+/// was ever compacted or resumed), for a forked child, which has no registration to guard
+/// them: no locks, no allocation.
+pub(crate) fn for_each_unmarked_slot(mut f: impl FnMut(usize)) {
+    let count = REGION_COUNT.load(Ordering::Acquire);
+    let per_page = page_size() / std::mem::size_of::<AtomicPtr<u8>>();
+    for entry in &REGIONS[..count] {
+        let table = entry.table.load(Ordering::Relaxed);
+        let start = entry.start.load(Ordering::Relaxed);
+        let from = entry.unmarked_from.load(Ordering::Relaxed);
+        let end = entry.carved_end.load(Ordering::Relaxed);
+        let size = entry.slot_size.load(Ordering::Relaxed);
+        if table.is_null() || from >= end {
+            continue;
+        }
+        let mut index = (from - start) / size;
+        let last = (end - start) / size;
+        while index < last {
+            let page_end = ((index / per_page + 1) * per_page).min(last);
+            let mut resident = [0u8; 1];
+            // SAFETY: the table's page holding entry `index` (invariant 3); mincore only
+            // reads the page tables.
+            let rc = unsafe {
+                let page = table.add(index / per_page * per_page) as *mut libc::c_void;
+                libc::mincore(page, 1, resident.as_mut_ptr())
+            };
+            if rc != 0 || resident[0] & 1 == 0 {
+                for i in index..page_end {
+                    f(start + i * size);
+                }
+            }
+            index = page_end;
+        }
+    }
+}
 
 /// Makes the first page at each address in `starts` fault on any access (region.rs
 /// invariant 2). Markers go in with one `process_madvise` call per 1024 pages where the kernel
