@@ -42,6 +42,8 @@ pub fn run(addr: &str) {
         .unwrap_or_else(|e| fail(&format!("cannot handle SIGINT and SIGTERM: {e}")));
     // A server holds one descriptor per connection: soft RLIMIT_NOFILE up to the hard one.
     let _ = weft::net::raise_fd_limit();
+    // And a table for 16K of them now, not by doubling under load (net::reserve_descriptors).
+    let _ = weft::net::reserve_descriptors(16 << 10);
     // Small stacks: a connection task needs little, and page tables cost slot_size / 512.
     let runtime = weft::Runtime::builder()
         .stack_size(32 * 1024)

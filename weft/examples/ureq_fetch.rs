@@ -174,23 +174,6 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
-/// Grows this process's descriptor table to hold `n` descriptors now, before the workers
-/// start: Linux doubles it as descriptors are opened, and in a multi-threaded process each
-/// doubling waits for an RCU grace period, which held a worker in `accept4` for over 10 ms
-/// (a monitor report) in the middle of a run.
-fn grow_fd_table(n: usize) {
-    let Ok(high) = libc::c_int::try_from(n.next_power_of_two() - 1) else {
-        return;
-    };
-    // SAFETY: duplicates stderr onto a number no descriptor of ours uses yet (the table is
-    // grown to hold it) and closes that duplicate at once.
-    unsafe {
-        if libc::fcntl(high, libc::F_GETFD) == -1 && libc::dup2(2, high) == high {
-            libc::close(high);
-        }
-    }
-}
-
 fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
@@ -208,7 +191,11 @@ fn main() {
     if let Err(e) = weft::net::raise_fd_limit() {
         eprintln!("ureq_fetch: cannot raise the descriptor limit: {e}");
     }
-    grow_fd_table(2 * args.tasks + 64);
+    // Before the workers start: growing the table mid-run held a worker in `accept4` for
+    // over 10 ms (a monitor report).
+    if let Err(e) = weft::net::reserve_descriptors(2 * args.tasks + 64) {
+        eprintln!("ureq_fetch: cannot grow the descriptor table: {e}");
+    }
     let total = args.tasks * args.requests;
     UREQ_BUFFER.store(args.ureq_buffer, Ordering::Relaxed);
     let runtime = weft::Runtime::builder()

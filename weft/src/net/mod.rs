@@ -267,6 +267,54 @@ impl Timeout {
     }
 }
 
+/// Grows this process's descriptor table now to hold at least `n` descriptors (up to the
+/// soft `RLIMIT_NOFILE`, see [`raise_fd_limit`]), so that opening thousands of sockets later
+/// does not stall.
+///
+/// Linux grows the table by doubling as it fills, and in a multi-threaded process each
+/// doubling waits for an RCU grace period inside the `socket(2)` or `accept(2)` that needed
+/// it: milliseconds on a VM, on a worker thread, and the monitor rightly reports that worker
+/// as blocked in the kernel. A server that expects many connections calls this once at
+/// start, as Go's runtime cannot; the table costs about 8 bytes of kernel memory per entry.
+///
+/// # Errors
+/// As `getrlimit(2)`, `eventfd(2)` and `fcntl(2)`.
+pub fn reserve_descriptors(n: usize) -> io::Result<()> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a live rlimit for the kernel to fill in.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let wanted = (n as u64).min(limit.rlim_cur);
+    if wanted == 0 {
+        return Ok(());
+    }
+    // The table grows to the power of two that holds the highest number in use: a
+    // descriptor numbered `wanted - 1`, opened and closed at once, grows it that far.
+    let high = libc::c_int::try_from(wanted - 1).unwrap_or(libc::c_int::MAX);
+    // SAFETY: a new descriptor of our own, closed below.
+    let probe = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if probe < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: duplicates our own eventfd onto the lowest free number ≥ `high`; both copies
+    // are closed here and nothing else sees them.
+    unsafe {
+        let copy = libc::fcntl(probe, libc::F_DUPFD_CLOEXEC, high);
+        let result = if copy < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            libc::close(copy);
+            Ok(())
+        };
+        libc::close(probe);
+        result
+    }
+}
+
 /// Raises this process's soft limit on open descriptors (`RLIMIT_NOFILE`) to its hard limit
 /// and returns the new soft limit: a server holds one descriptor per connection, and the
 /// usual soft limit is 1024. Go does this at startup; weft leaves it to the program.
@@ -290,4 +338,25 @@ pub fn raise_fd_limit() -> io::Result<u64> {
         }
     }
     Ok(limit.rlim_cur)
+}
+
+#[cfg(test)]
+mod tests {
+    /// The descriptor table's size, as `/proc/self/status` reports it.
+    fn fd_table_size() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("FDSize:")).unwrap();
+        line["FDSize:".len()..].trim().parse().unwrap()
+    }
+
+    #[test]
+    fn reserve_descriptors_grows_the_table_at_once() {
+        let soft = super::raise_fd_limit().unwrap();
+        let wanted = 8192.min(soft);
+        super::reserve_descriptors(wanted as usize).unwrap();
+        let size = fd_table_size();
+        assert!(size >= wanted, "FDSize {size} after reserving {wanted}");
+        // Within the limit: asking for more than the soft limit is not an error.
+        super::reserve_descriptors(soft as usize + 1).unwrap();
+    }
 }

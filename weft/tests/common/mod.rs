@@ -158,10 +158,5 @@ pub fn http_get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
 /// (FACTS.md), which the monitor rightly reports as a worker blocked in the kernel.
 pub fn prepare_descriptors() {
     weft::net::raise_fd_limit().expect("raise the descriptor limit");
-    // SAFETY: dup2 onto a free high number, closed at once; no descriptor of ours is touched.
-    unsafe {
-        if libc::dup2(2, 4095) == 4095 {
-            libc::close(4095);
-        }
-    }
+    weft::net::reserve_descriptors(4096).expect("grow the descriptor table");
 }
