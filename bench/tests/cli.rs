@@ -238,3 +238,80 @@ fn without_go_the_go_column_says_why() {
     assert!(stdout.contains("skipped: no Go toolchain"), "{stdout}");
     let _ = std::fs::remove_dir_all(&out);
 }
+
+#[test]
+fn the_uring_floor_echoes_or_says_why_it_cannot() {
+    let out = scratch("uring");
+    let stdout = ok(
+        &weft_bench(
+            &[
+                "echo",
+                "--tiny",
+                "--json",
+                "--peers",
+                "uring",
+                "--loads",
+                "8:3:0",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            &[],
+            Duration::from_secs(120),
+        ),
+        "echo --peers uring",
+    );
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let measured = lines
+        .iter()
+        .any(|l| l["peer"] == "uring" && l["figures"]["rtt_count"].as_f64() == Some(24.0));
+    match weft_bench::cli::uring_echo::available() {
+        Ok(()) => assert!(measured, "uring did not echo 8 × 3 pings:\n{stdout}"),
+        Err(why) => {
+            eprintln!("cli: uring skipped: {why}");
+            let report = read(&out.join("report.md"));
+            assert!(report.contains("skipped: io_uring unavailable"), "{report}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn without_io_uring_the_uring_server_fails_and_its_row_says_why() {
+    let off = [("WEFT_BENCH_URING", "off")];
+    let server = weft_bench(
+        &["peer", "echo-server", "--runtime", "uring"],
+        &off,
+        Duration::from_secs(30),
+    );
+    assert!(
+        !server.status.success(),
+        "the server started without io_uring"
+    );
+    let stderr = String::from_utf8_lossy(&server.stderr);
+    assert!(stderr.contains("io_uring unavailable"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&server.stdout).contains("listening"));
+
+    let out = scratch("nouring");
+    let stdout = ok(
+        &weft_bench(
+            &[
+                "echo",
+                "--tiny",
+                "--peers",
+                "weft,uring",
+                "--loads",
+                "8:2:0",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            &off,
+            Duration::from_secs(120),
+        ),
+        "echo without io_uring",
+    );
+    assert!(stdout.contains("skipped: io_uring unavailable"), "{stdout}");
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -19,6 +19,7 @@ pub fn colour(peer: &str) -> RGBColor {
         "weft" => RGBColor(214, 72, 28),
         "go" => RGBColor(0, 139, 196),
         "tokio" => RGBColor(126, 87, 170),
+        "uring" => RGBColor(46, 139, 87),
         _ => RGBColor(110, 110, 110),
     }
 }

@@ -12,6 +12,14 @@
 //! `echo --loads C:R:S,…` replaces the size's loads, and with `--peers weft,go` it is the
 //! quick weft-against-Go check `bench/echo-compare.sh` used to be.
 //!
+//! `uring` is the floor: io_uring with no runtime, not a runtime peer (`uring_echo.rs`: one
+//! thread per CPU, each with its own ring and `SO_REUSEPORT` listener, multishot accept and
+//! recv into provided buffers, one `io_uring_enter` per loop). It says what any runtime's
+//! io_uring backend could at best reach here; where io_uring cannot be set up its row says
+//! why it was skipped. One thread per CPU, like the runtimes' workers: a single thread
+//! (`peer echo-server --runtime uring --threads 1`) took 10–15 % less CPU per round trip on
+//! 2 vCPUs, but so would a single-threaded tokio.
+//!
 //! Owns: the server processes of one run (`Server`: killed and reaped when done).
 //! May call: `runner` (the client is `weft-bench peer loadtest`), `/proc/PID/*`.
 //!
@@ -253,6 +261,10 @@ fn servers() -> Vec<(&'static str, Result<Cmd, String>)> {
         ),
         ("tokio", me("tokio")),
         ("threads", me("threads")),
+        (
+            "uring",
+            crate::cli::uring_echo::available().and_then(|()| me("uring")),
+        ),
     ]
 }
 
@@ -274,8 +286,8 @@ const COLUMNS: [(&str, &str); 11] = [
 /// Runs the experiment and returns its section.
 pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
     let loads = ctx.echo_loads.clone().unwrap_or_else(|| loads(ctx.size));
-    let pb = runner::bar(ctx, "echo", loads.len() * 4 * (ctx.runs + 1));
     let servers = servers();
+    let pb = runner::bar(ctx, "echo", loads.len() * servers.len() * (ctx.runs + 1));
     let mut results: Vec<(Load, Vec<Outcome>)> = Vec::new();
     for load in &loads {
         let programs = servers
@@ -357,7 +369,7 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
         y_label: y.into(),
         x_log: false,
         x_ticks: Some(ticks.clone()),
-        series: ["weft", "go", "tokio", "threads"]
+        series: ["weft", "go", "tokio", "threads", "uring"]
             .iter()
             .map(|peer| Series {
                 name: peer.to_string(),

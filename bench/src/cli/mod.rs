@@ -15,7 +15,8 @@
 //! charts). Layers: `mod.rs` (this) → `probe`/`cost`/`echo`/`growth`/`sleepers`/`fairness`/
 //! `wake` (one experiment each; the last three hold their own peers)
 //! → `runner` (processes, rounds), `stats`, `chart`, `report`; `peer` is the hidden
-//! `weft-bench peer …` the experiments start for the Rust peers.
+//! `weft-bench peer …` the experiments start for the Rust peers, and `uring_echo` the echo
+//! experiment's io_uring floor.
 //!
 //! Why one binary: the experiments' Rust peers, the echo servers and the load client are this
 //! same executable re-run with `peer …`, so `cargo build --release -p weft-bench` is the
@@ -32,6 +33,7 @@ pub mod report;
 pub mod runner;
 pub mod sleepers;
 pub mod stats;
+pub mod uring_echo;
 pub mod wake;
 
 use std::path::PathBuf;

@@ -6,7 +6,8 @@
 //! print the same fields. `sleepers`, `fairness` and `wake` keep their peers beside their
 //! experiments (`sleepers.rs`, `fairness.rs`, `wake.rs`); their variants here only dispatch.
 //!
-//! May call: weft, tokio, std, weft-loadtest (the echo client). Called by: the CLI only.
+//! May call: weft, tokio, std, weft-loadtest (the echo client), `uring_echo` (the io_uring
+//! echo server). Called by: the CLI only.
 //!
 //! Why one process per measurement: memory is measured as the growth of this process's RSS
 //! and page tables, which nothing else may have touched; and the runner alternates peers run
@@ -26,6 +27,16 @@ pub enum Runtime {
     Weft,
     Tokio,
     Threads,
+}
+
+/// An echo server: the Rust peers, and `uring`, the io_uring floor with no runtime
+/// (`uring_echo.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EchoRuntime {
+    Weft,
+    Tokio,
+    Threads,
+    Uring,
 }
 
 /// How much stack each parked unit used before it parked.
@@ -100,9 +111,13 @@ pub enum Peer {
     /// An echo server on `addr` (port 0: any); prints `echo: listening on ADDR`.
     EchoServer {
         #[arg(long, value_enum)]
-        runtime: Runtime,
+        runtime: EchoRuntime,
         #[arg(long, default_value = "127.0.0.1:0")]
         addr: String,
+        /// `uring` only: its threads, each with its own ring and listener (default: one
+        /// per CPU).
+        #[arg(long)]
+        threads: Option<usize>,
     },
     /// The echo load client (weft-loadtest's library), with its arguments.
     Loadtest {
@@ -148,7 +163,11 @@ pub fn main(peer: Peer) -> Result<(), String> {
             n,
         } => json!({"ns": pingpong(runtime, workers, n.max(1)), "workers": workers}),
         Peer::Threadlimit { limit } => threadlimit(limit),
-        Peer::EchoServer { runtime, addr } => return echo_server(runtime, &addr),
+        Peer::EchoServer {
+            runtime,
+            addr,
+            threads,
+        } => return echo_server(runtime, &addr, threads),
         Peer::Loadtest { args } => return loadtest(args),
         Peer::Growth {
             runtime,
@@ -616,13 +635,14 @@ fn threadlimit(limit: usize) -> Value {
 #[path = "../../../weft/examples/echo.rs"]
 mod weft_echo;
 
-fn echo_server(runtime: Runtime, addr: &str) -> Result<(), String> {
+fn echo_server(runtime: EchoRuntime, addr: &str, threads: Option<usize>) -> Result<(), String> {
     match runtime {
-        Runtime::Weft => {
+        EchoRuntime::Weft => {
             weft_echo::run(addr);
             Ok(())
         }
-        Runtime::Tokio => {
+        EchoRuntime::Uring => crate::cli::uring_echo::serve(addr, threads),
+        EchoRuntime::Tokio => {
             weft_loadtest::prepare_fds(1 << 16);
             tokio_runtime(None).block_on(async move {
                 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -652,7 +672,7 @@ fn echo_server(runtime: Runtime, addr: &str) -> Result<(), String> {
                 }
             })
         }
-        Runtime::Threads => {
+        EchoRuntime::Threads => {
             use std::io::{Read, Write};
             weft_loadtest::prepare_fds(1 << 16);
             let listener = std::net::TcpListener::bind(addr)
