@@ -7,6 +7,7 @@
 
 use std::io::{IoSliceMut, Read, Write};
 use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -330,9 +331,18 @@ fn waiter_left_by_a_timed_out_one_is_served_by_its_own_worker() {
                 .set_read_timeout(Some(Duration::from_millis(100)))
                 .unwrap();
             let b_stream = stream.clone();
+            let (b_started, a_reading) = (
+                Arc::new(AtomicBool::new(false)),
+                Arc::new(AtomicBool::new(false)),
+            );
+            let (started, reading) = (b_started.clone(), a_reading.clone());
             // Queued here while this task does not park: the other worker takes it.
             let b = weft::spawn(move || {
-                weft::time::sleep(Duration::from_millis(50));
+                started.store(true, Ordering::Release);
+                while !reading.load(Ordering::Acquire) {
+                    weft::time::sleep(Duration::from_millis(1));
+                }
+                weft::time::sleep(Duration::from_millis(20));
                 // A's read already took its timeout; this one waits for good.
                 b_stream.set_read_timeout(None).unwrap();
                 let mut buf = [0; 16];
@@ -341,7 +351,15 @@ fn waiter_left_by_a_timed_out_one_is_served_by_its_own_worker() {
                 assert_eq!(&buf[..n], b"late");
                 (thread::current().id(), seen)
             });
+            // Not parking until B runs: then it runs on the other worker, however loaded
+            // the machine is.
+            let start = Instant::now();
+            while !b_started.load(Ordering::Acquire) {
+                assert!(start.elapsed() < Duration::from_secs(5), "B never started");
+                std::hint::spin_loop();
+            }
             compute_without_parking(Duration::from_millis(20));
+            a_reading.store(true, Ordering::Release);
             let mut buf = [0; 16];
             let err = (&*stream).read(&mut buf).unwrap_err();
             assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");

@@ -116,12 +116,19 @@ fn a_cancelled_task_s_task_local_destructor_may_park() {
     weft::task_local! {
         static SLEEPER: RefCell<Option<SleepsOnDrop>> = RefCell::new(None);
     }
+    static SET: AtomicUsize = AtomicUsize::new(0);
     let rt = weft::Runtime::builder().workers(1).build().unwrap();
     let h = rt.spawn(|| {
         SLEEPER.with(|s| *s.borrow_mut() = Some(SleepsOnDrop));
+        SET.store(1, Ordering::SeqCst);
         weft::time::sleep(Duration::from_secs(3600));
     });
-    std::thread::sleep(Duration::from_millis(20));
+    // Cancelled only once the local is set: on a loaded machine a fixed wait could cancel
+    // the task before it ran at all, and then there is no destructor to run.
+    while SET.load(Ordering::SeqCst) == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_millis(5));
     h.cancel();
     assert!(join_within(h, Duration::from_secs(10)).is_err());
     assert_eq!(
