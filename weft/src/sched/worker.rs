@@ -836,6 +836,7 @@ impl Worker {
             }
             let task = entry.remove();
             drop(timers);
+            task.header().stack.prefetch();
             task.unpark();
         }
     }
@@ -943,10 +944,17 @@ impl Worker {
         }
         let horizon = Instant::now() + PRE_RESTORE;
         let timers = self.timers.borrow();
-        for (&(deadline, _), task) in timers.iter().take(PRE_RESTORE_MAX) {
-            if deadline > horizon {
-                break;
-            }
+        let due = || {
+            timers
+                .iter()
+                .take(PRE_RESTORE_MAX)
+                .take_while(|(&(deadline, _), _)| deadline <= horizon)
+        };
+        // Every image's first miss at once, then the restores.
+        for (_, task) in due() {
+            task.header().stack.prefetch();
+        }
+        for (_, task) in due() {
             let header = task.header();
             header.stack.before_resume(header.class.bytes());
         }
