@@ -62,3 +62,30 @@ fn sleep_on_a_plain_thread_sleeps_the_thread() {
     weft::time::sleep(Duration::from_millis(10));
     assert!(start.elapsed() >= Duration::from_millis(10));
 }
+
+/// `RuntimeBuilder::timer_slack` is the workers' timer slack, as the kernel reads it back.
+#[test]
+fn timer_slack_is_the_workers_slack() {
+    let slack_here = || {
+        // SAFETY: PR_GET_TIMERSLACK reads this thread's slack and touches no memory.
+        unsafe { libc::prctl(libc::PR_GET_TIMERSLACK) as u64 }
+    };
+    let rt = weft::Runtime::builder()
+        .workers(2)
+        .timer_slack(Duration::from_micros(3))
+        .build()
+        .unwrap();
+    assert_eq!(rt.block_on(slack_here), 3_000);
+    let default = weft::Runtime::builder().workers(1).build().unwrap();
+    assert_eq!(
+        default.block_on(slack_here),
+        slack_here(),
+        "unchanged by default"
+    );
+    let zero = weft::Runtime::builder()
+        .workers(1)
+        .timer_slack(Duration::ZERO)
+        .build()
+        .unwrap();
+    assert_eq!(zero.block_on(slack_here), 1, "at least 1 ns");
+}
