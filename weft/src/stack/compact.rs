@@ -1207,12 +1207,9 @@ fn compact_run(run: &[Candidate<'_>]) {
         lock(index);
     }
     // 3a, 3b. Only slots carved before the region was registered may carry a marker
-    // (region.rs invariant 2): removing markers walks every page-table entry of its range,
-    // so the walk stops where the marked slots end.
+    // (region.rs invariant 2).
     let marked = starts.partition_point(|&s| region::may_have_marker(s));
-    let marked_end = starts.get(marked).copied().unwrap_or(end);
-    let ok = (marked == 0 || region::remove_guards(start, marked_end - start))
-        && uffd::write_protect(start, len, true);
+    let ok = region::remove_guards(&starts[..marked]) && uffd::write_protect(start, len, true);
     let ok = ok && region::resident_pages(start, len, &mut resident);
     if !ok {
         uffd::write_protect(start, len, false);

@@ -16,8 +16,11 @@
 //!    with userfaultfd (whole, once: uffd.rs invariant 1) at its first compaction, before
 //!    any of its slots is COMPACTED, and stays registered; until then its faults are the
 //!    kernel's ordinary ones, so a burst of spawns into a fresh region costs what it did
-//!    without compaction. Once one region is registered, later ones are registered when
-//!    they are reserved.
+//!    without compaction. (Registering regions when they are reserved was tried: a fresh
+//!    slot in a registered region starts on pages the owner fills, the zero page mapped
+//!    below its top one, and the first write to each of those is a copy-on-write fault
+//!    whose TLB flush interrupts the other workers' CPUs. A million tasks that each touch
+//!    8 KiB took 19–23 s to start instead of 15–16.)
 //!
 //! May call: libc. Called by: `stack/mod.rs`, `stack/overflow.rs`.
 //!
@@ -27,7 +30,7 @@
 //! guarded slots stay one mapping.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 /// `madvise` advice that installs guard markers (Linux 6.13+); not yet in every libc release.
@@ -120,18 +123,8 @@ pub(crate) fn reserve(slot_size: usize) -> io::Result<usize> {
     entry.carved_end.store(start, Ordering::Relaxed);
     // Release: pairs with the Acquire load in `guard_page_of`, so the handler sees the fields.
     REGION_COUNT.store(index + 1, Ordering::Release);
-    drop(_publish);
-    // A process that has compacted once will again: its next region is registered before
-    // any slot is carved from it, so that the registration guards them all (invariant 2)
-    // instead of half a region's slots taking a marker that their compaction removes.
-    if ANY_REGISTERED.load(Ordering::Relaxed) {
-        ensure_registered(start);
-    }
     Ok(start)
 }
-
-/// Set once any region is registered.
-static ANY_REGISTERED: AtomicBool = AtomicBool::new(false);
 
 /// A fresh private anonymous mapping of `len` bytes, readable and writable (`MAP_NORESERVE`:
 /// address space, committed a page at a time on first touch); `None` if the kernel refuses.
@@ -225,9 +218,7 @@ pub(crate) fn ensure_registered(addr: usize) -> bool {
         };
         // Release: pairs with the Acquire loads above and in `registered`.
         entry.registered.store(state, Ordering::Release);
-        if state == REGISTER_DONE {
-            ANY_REGISTERED.store(true, Ordering::Relaxed);
-        }
+
     }
     entry.registered.load(Ordering::Relaxed) == REGISTER_DONE
 }
@@ -341,10 +332,30 @@ pub(crate) fn probe_registration() -> bool {
     ok
 }
 
-/// Removes the guard markers in `[start, start + len)`; false on error.
-pub(crate) fn remove_guards(start: usize, len: usize) -> bool {
-    // SAFETY: a range of slots whose tasks are suspended and locked (compact.rs invariant 3).
-    unsafe { libc::madvise(start as *mut libc::c_void, len, MADV_GUARD_REMOVE) == 0 }
+/// Removes the guard markers of the slots at `starts` (their first pages); false on error.
+/// One `process_madvise` per [`MADVISE_BATCH`] slots where the kernel allows it: a range
+/// `madvise` over a run of slots walks every page-table entry of the run (64 a default slot),
+/// one indirect call each, which was a tenth of a million-task compaction's CPU.
+pub(crate) fn remove_guards(starts: &[usize]) -> bool {
+    let page = page_size();
+    let mut rest = starts;
+    if let Some(pidfd) = self_pidfd() {
+        while !rest.is_empty() {
+            let n = rest.len().min(MADVISE_BATCH);
+            // SAFETY: the first pages of slots whose tasks are suspended and locked
+            // (compact.rs invariant 3); removing a marker only makes the page fault like a
+            // missing one.
+            if unsafe { process_madvise(pidfd, &rest[..n], 0, page, MADV_GUARD_REMOVE) }.is_err()
+            {
+                break;
+            }
+            rest = &rest[n..];
+        }
+    }
+    rest.iter().all(|&slot| {
+        // SAFETY: as above.
+        unsafe { libc::madvise(slot as *mut libc::c_void, page, MADV_GUARD_REMOVE) == 0 }
+    })
 }
 
 /// Which pages of `[start, start + len)` are resident, one byte per page (bit 0); false on
