@@ -218,7 +218,6 @@ pub(crate) fn ensure_registered(addr: usize) -> bool {
         };
         // Release: pairs with the Acquire loads above and in `registered`.
         entry.registered.store(state, Ordering::Release);
-
     }
     entry.registered.load(Ordering::Relaxed) == REGISTER_DONE
 }
@@ -345,8 +344,7 @@ pub(crate) fn remove_guards(starts: &[usize]) -> bool {
             // SAFETY: the first pages of slots whose tasks are suspended and locked
             // (compact.rs invariant 3); removing a marker only makes the page fault like a
             // missing one.
-            if unsafe { process_madvise(pidfd, &rest[..n], 0, page, MADV_GUARD_REMOVE) }.is_err()
-            {
+            if unsafe { process_madvise(pidfd, &rest[..n], 0, page, MADV_GUARD_REMOVE) }.is_err() {
                 break;
             }
             rest = &rest[n..];
