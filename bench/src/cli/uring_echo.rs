@@ -14,7 +14,7 @@
 //!   over the threads), with one multishot accept that installs each connection as a direct
 //!   descriptor (a slot of the ring's file table: no fget/fput per operation; no setsockopt
 //!   either, so TCP_NODELAY is set on the listener, which accepted sockets inherit);
-//! - a provided-buffer ring of [`BUFFERS`] buffers of [`BUFFER`] bytes, which every
+//! - a provided-buffer ring of `BUFFERS` buffers of `BUFFER` bytes, which every
 //!   connection's one multishot recv draws from;
 //! - one `io_uring_enter` per loop iteration (`submit_and_wait`): the SQEs queued while the
 //!   last batch of completions was handled go in with the wait for the next batch.
@@ -29,7 +29,7 @@
 //!    armed recv): the slot cannot be reused by an accept while a completion for the old
 //!    connection may still arrive. Connections are indexed by slot.
 //! 2. A provided buffer is either in the ring or held by exactly one connection's queue.
-//! 3. The buffer ring and the buffers outlive the ring (field order in [`Worker`]).
+//! 3. The buffer ring and the buffers outlive the ring (field order in `Worker`).
 //!
 //! May call: io-uring, socket2, libc. Called by: `peer.rs` (the server) and `echo.rs`
 //! ([`available`]).
