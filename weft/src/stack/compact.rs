@@ -86,7 +86,8 @@
 //! A region is registered at its first compaction (region.rs invariant 3). From then on
 //! every first touch of a missing page in it goes to the fault thread (invariant 5), ≈5–60 µs
 //! a trip here against ≈1.5 µs for the kernel's own fault: a fresh slot's top page is filled
-//! before its task starts, the thread fills [`GROW_PAGES`] at a time, and where compaction
+//! before its task starts, the thread fills [`GROW_PAGES`] real pages at a time (never the
+//! zero page: writing one is a TLB shootdown, see [`ZERO_MAP_PAGES`]), and where compaction
 //! runs reclaim waits as long as compaction does, so that a task that wakes often does not
 //! refill released pages at each wake.
 //!
@@ -702,15 +703,20 @@ const SCRATCH_PAGES: usize = 16;
 /// the ones below it (a growing stack touches them next; each fault served by the thread
 /// costs ≈6–70 µs here, against ≈1 µs a page to fill).
 const GROW_PAGES: usize = 4;
-/// Pages below a fresh slot's top page mapped to the zero page (see [`prefill`]): a task's
-/// first 16 KiB then grow with kernel copy-on-write faults (≈3 µs a page here), no trip to
-/// the fault thread, and cost no memory until written.
-const ZERO_MAP_PAGES: usize = 3;
+/// Pages below a fresh slot's top page mapped to the zero page (see [`prefill`]). None: the
+/// first write to a zero-mapped page is a copy-on-write fault, and replacing a present
+/// entry flushes the TLB of every CPU that runs the process, an IPI to the other workers
+/// (`do_wp_page` → `ptep_clear_flush`: 62 % of the CPU of a million tasks each touching
+/// 8 KiB). Their first frames below the top page now take one trip to the fault thread,
+/// which fills [`GROW_PAGES`] real pages: that storm took 22–23 s of CPU instead of 31–36
+/// (old and new alternated ×2), at a peak of 1.9–2.0 GB instead of 1.5–1.6.
+const ZERO_MAP_PAGES: usize = 0;
 /// Whether the fault thread, serving stack growth, also maps the zero page over the rest of
-/// the slot below (one ioctl, ≈55 ns a page), so that a slot takes one trip to the fault
-/// thread per release however deep its task grows: 30K tasks using 64 KiB spawned with
-/// 1.6–1.8 s of CPU against 1.7–2.1 s when it filled only [`GROW_PAGES`].
-const ZERO_MAP_GROWTH: bool = true;
+/// the slot below, so that a slot takes one trip to the fault thread per release however
+/// deep its task grows. No, for the reason in [`ZERO_MAP_PAGES`]: 100K tasks using 64 KiB
+/// spawned with 8.3–10.9 s of CPU without it against 17.7–22.6 s with it (alternated ×2;
+/// an earlier measurement of 30K such tasks had found zero-mapping slightly cheaper).
+const ZERO_MAP_GROWTH: bool = false;
 /// Zero pages a restore fills below the task's lowest live page, so that the woken task's
 /// next calls do not fault through the fault thread. None: a page costs ≈1.2 µs more per
 /// restore here (the restore of one page with its guard, ≈1.8 µs, would be ≈3 µs), and the
@@ -865,11 +871,11 @@ pub(crate) fn serve_fault(addr: usize, write_protected: bool, tid: u32, scratch:
     }
 }
 
-/// Fills the top page of fresh slots in registered regions with zeros and maps the zero page
-/// over the [`ZERO_MAP_PAGES`] below it, so that a task's first frames do not fault through
-/// the fault thread (≈5–60 µs here; one `UFFDIO_COPY` costs the same ≈1 µs as the kernel's
-/// first touch). Filling four pages with zeros instead took 16 KiB and four page allocations
-/// for every idle task and doubled the time to start a million sleepers.
+/// Fills the top page of fresh slots in registered regions with zeros (and maps the zero
+/// page over the [`ZERO_MAP_PAGES`] below it, none now), so that a task's first frames do
+/// not fault through the fault thread (≈5–60 µs here; one `UFFDIO_COPY` costs the same ≈1 µs
+/// as the kernel's first touch). Filling four pages with zeros instead took 16 KiB and four
+/// page allocations for every idle task and doubled the time to start a million sleepers.
 pub(crate) fn prefill(starts: &[usize], size: usize) {
     if starts.is_empty() || !register_regions() {
         return;
