@@ -699,9 +699,10 @@ pub(crate) struct Scratch {
 
 /// Pages a [`Scratch`] holds; restores of more live bytes go through it in pieces.
 const SCRATCH_PAGES: usize = 16;
-/// Pages the fault thread fills with zeros at a fault of stack growth: the faulting one and
-/// the ones below it (a growing stack touches them next; each fault served by the thread
-/// costs ≈6–70 µs here, against ≈1 µs a page to fill).
+/// Pages the fault thread fills with zeros at a fault of stack growth, at least: the
+/// faulting one and the ones below it (a growing stack touches them next; each fault served
+/// by the thread costs ≈6–70 µs here, against ≈1 µs a page to fill). A deeper stack gets as
+/// many as it already has, up to [`SCRATCH_PAGES`] (`serve_fault`).
 const GROW_PAGES: usize = 4;
 /// Pages below a fresh slot's top page mapped to the zero page (see [`prefill`]). None: the
 /// first write to a zero-mapped page is a copy-on-write fault, and replacing a present
@@ -848,11 +849,13 @@ pub(crate) fn serve_fault(addr: usize, write_protected: bool, tid: u32, scratch:
         // unprotecting wakes the writer, which retries.
         uffd::write_protect(at, page, false);
     } else {
-        // Invariant 5: a missing page of a resident slot holds nothing.
-        let low = at
-            .saturating_sub((GROW_PAGES - 1) * page)
-            .max(slot + page)
-            .min(at);
+        // Invariant 5: a missing page of a resident slot holds nothing. The stack grows
+        // by what it already has above the fault, at least GROW_PAGES and at most the
+        // zeros buffer: a task that runs deep takes a few trips here, not one per
+        // GROW_PAGES, and holds at most twice what it touched.
+        let above = (slot + size).saturating_sub(at + page) / page;
+        let below = above.clamp(GROW_PAGES - 1, SCRATCH_PAGES - 1);
+        let low = at.saturating_sub(below * page).max(slot + page).min(at);
         // SAFETY: zeros for missing pages only (`fill` and `zero_map` skip present ones).
         unsafe {
             uffd::fill(low, scratch.zeros, at + page - low);
