@@ -87,7 +87,7 @@
 //! every first touch of a missing page in it goes to the fault thread (invariant 5), ≈5–60 µs
 //! a trip here against ≈1.5 µs for the kernel's own fault: a fresh slot's top page is filled
 //! before its task starts, the thread fills [`GROW_PAGES`] real pages at a time (never the
-//! zero page: writing one is a TLB shootdown, see [`ZERO_MAP_PAGES`]), and where compaction
+//! zero page: writing one is a TLB shootdown, see [`GROW_PAGES`]), and where compaction
 //! runs reclaim waits as long as compaction does, so that a task that wakes often does not
 //! refill released pages at each wake.
 //!
@@ -219,8 +219,7 @@ static FAULT_RESTORES: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(
 static ZERO_FILLS: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
 
 /// A snapshot of the stack-shrinking counters, process-wide; cheap (eight Relaxed loads).
-/// Released bytes count the pages that were mapped (`mincore`), which includes pages mapped
-/// to the shared zero page in registered regions: an upper bound of the memory given back.
+/// Released bytes count the pages that were mapped (`mincore`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
     /// Bytes of resident pages released below parked tasks' stack pointers, in total.
@@ -703,21 +702,16 @@ const SCRATCH_PAGES: usize = 16;
 /// faulting one and the ones below it (a growing stack touches them next; each fault served
 /// by the thread costs ≈6–70 µs here, against ≈1 µs a page to fill). A deeper stack gets as
 /// many as it already has, up to [`SCRATCH_PAGES`] (`serve_fault`).
+///
+/// Real pages, never the shared zero page (`UFFDIO_ZEROPAGE`), below a fresh top page or
+/// over the rest of a slot: the first write to a zero-mapped page is a copy-on-write fault,
+/// and replacing a present entry flushes the TLB of every CPU that runs the process, an IPI
+/// to the other workers (`do_wp_page` → `ptep_clear_flush`: 62 % of the CPU of a million
+/// tasks each touching 8 KiB). Without it that storm took 22–23 s of CPU instead of 31–36,
+/// at a peak of 1.9–2.0 GB instead of 1.5–1.6, and 100K tasks using 64 KiB 8.3–10.9 s
+/// instead of 17.7–22.6 (old and new alternated ×2; an earlier measurement on 30K such
+/// tasks had found zero-mapping slightly cheaper).
 const GROW_PAGES: usize = 4;
-/// Pages below a fresh slot's top page mapped to the zero page (see [`prefill`]). None: the
-/// first write to a zero-mapped page is a copy-on-write fault, and replacing a present
-/// entry flushes the TLB of every CPU that runs the process, an IPI to the other workers
-/// (`do_wp_page` → `ptep_clear_flush`: 62 % of the CPU of a million tasks each touching
-/// 8 KiB). Their first frames below the top page now take one trip to the fault thread,
-/// which fills [`GROW_PAGES`] real pages: that storm took 22–23 s of CPU instead of 31–36
-/// (old and new alternated ×2), at a peak of 1.9–2.0 GB instead of 1.5–1.6.
-const ZERO_MAP_PAGES: usize = 0;
-/// Whether the fault thread, serving stack growth, also maps the zero page over the rest of
-/// the slot below, so that a slot takes one trip to the fault thread per release however
-/// deep its task grows. No, for the reason in [`ZERO_MAP_PAGES`]: 100K tasks using 64 KiB
-/// spawned with 8.3–10.9 s of CPU without it against 17.7–22.6 s with it (alternated ×2;
-/// an earlier measurement of 30K such tasks had found zero-mapping slightly cheaper).
-const ZERO_MAP_GROWTH: bool = false;
 /// Zero pages a restore fills below the task's lowest live page, so that the woken task's
 /// next calls do not fault through the fault thread. None: a page costs ≈1.2 µs more per
 /// restore here (the restore of one page with its guard, ≈1.8 µs, would be ≈3 µs), and the
@@ -856,13 +850,8 @@ pub(crate) fn serve_fault(addr: usize, write_protected: bool, tid: u32, scratch:
         let above = (slot + size).saturating_sub(at + page) / page;
         let below = above.clamp(GROW_PAGES - 1, SCRATCH_PAGES - 1);
         let low = at.saturating_sub(below * page).max(slot + page).min(at);
-        // SAFETY: zeros for missing pages only (`fill` and `zero_map` skip present ones).
-        unsafe {
-            uffd::fill(low, scratch.zeros, at + page - low);
-            if ZERO_MAP_GROWTH && low > slot + page {
-                uffd::zero_map(slot + page, low - slot - page);
-            }
-        }
+        // SAFETY: zeros for missing pages only (`fill` skips present ones).
+        unsafe { uffd::fill(low, scratch.zeros, at + page - low) };
         uffd::wake(at, page);
         add(&ZERO_FILLS, 1);
     }
@@ -874,11 +863,11 @@ pub(crate) fn serve_fault(addr: usize, write_protected: bool, tid: u32, scratch:
     }
 }
 
-/// Fills the top page of fresh slots in registered regions with zeros (and maps the zero
-/// page over the [`ZERO_MAP_PAGES`] below it, none now), so that a task's first frames do
-/// not fault through the fault thread (≈5–60 µs here; one `UFFDIO_COPY` costs the same ≈1 µs
-/// as the kernel's first touch). Filling four pages with zeros instead took 16 KiB and four
-/// page allocations for every idle task and doubled the time to start a million sleepers.
+/// Fills the top page of fresh slots in registered regions with zeros, so that a task's
+/// first frames do not fault through the fault thread (≈5–60 µs here; one `UFFDIO_COPY`
+/// costs the same ≈1 µs as the kernel's first touch). Filling four pages with zeros instead
+/// took 16 KiB and four page allocations for every idle task and doubled the time to start
+/// a million sleepers; a deeper task's first growth fault fills [`GROW_PAGES`].
 pub(crate) fn prefill(starts: &[usize], size: usize) {
     if starts.is_empty() || !register_regions() {
         return;
@@ -889,15 +878,9 @@ pub(crate) fn prefill(starts: &[usize], size: usize) {
         let scratch = scratch.get_or_insert_with(Scratch::new);
         for &slot in starts {
             if region::registered(slot) {
-                let below = (ZERO_MAP_PAGES * page).min(size - 2 * page);
                 // SAFETY: the slot is in a pool (RESIDENT, invariant 7) and holds nothing;
-                // `fill` and `zero_map` leave present pages alone.
-                unsafe {
-                    uffd::fill(slot + size - page, scratch.zeros, page);
-                    if below > 0 {
-                        uffd::zero_map(slot + size - page - below, below);
-                    }
-                }
+                // `fill` leaves a present page alone.
+                unsafe { uffd::fill(slot + size - page, scratch.zeros, page) };
             }
         }
     });

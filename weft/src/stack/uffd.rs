@@ -27,7 +27,6 @@ const UFFDIO_API: libc::c_ulong = 0xc018_aa3f;
 const UFFDIO_REGISTER: libc::c_ulong = 0xc020_aa00;
 const UFFDIO_WAKE: libc::c_ulong = 0x8010_aa02;
 const UFFDIO_COPY: libc::c_ulong = 0xc028_aa03;
-const UFFDIO_ZEROPAGE: libc::c_ulong = 0xc020_aa04;
 const UFFDIO_WRITEPROTECT: libc::c_ulong = 0xc018_aa06;
 const USERFAULTFD_IOC_NEW: libc::c_ulong = 0xaa00;
 const UFFD_API: u64 = 0xaa;
@@ -73,13 +72,6 @@ struct UffdioCopy {
     len: u64,
     mode: u64,
     copy: i64,
-}
-
-#[repr(C)]
-struct UffdioZeropage {
-    range: UffdioRange,
-    mode: u64,
-    zeropage: i64,
 }
 
 #[repr(C)]
@@ -290,25 +282,6 @@ pub(crate) unsafe fn fill(dst: usize, src: *const u8, len: usize) -> bool {
         }
     }
     true
-}
-
-/// Maps the shared zero page read-only at the missing pages of `[start, start + len)`, up to
-/// the first present one. Reads see zeros and cost no memory; the first write to such a page
-/// is an ordinary copy-on-write fault served by the kernel, not a trip to the fault thread.
-///
-/// # Safety
-/// The range must lie in a registered region and hold nothing (compact.rs invariant 5).
-pub(crate) unsafe fn zero_map(start: usize, len: usize) {
-    let mut zero = UffdioZeropage {
-        range: UffdioRange {
-            start: start as u64,
-            len: len as u64,
-        },
-        mode: 0,
-        zeropage: 0,
-    };
-    // SAFETY: the caller's contract; UFFDIO_ZEROPAGE reads and writes a struct we own.
-    unsafe { libc::ioctl(fd(), UFFDIO_ZEROPAGE, &mut zero) };
 }
 
 /// Wakes the threads waiting on faults in `[start, start + len)`.
