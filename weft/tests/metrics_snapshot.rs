@@ -55,7 +55,16 @@ fn task_counts_follow_spawn_park_wake_and_finish() {
         for h in handles {
             h.join().unwrap();
         }
-        (parked, weft::metrics::snapshot())
+        // A joined task leaves the count once its worker has taken its stack back, a moment
+        // after join returns (module doc of weft::metrics, "Task states").
+        let mut after = None;
+        eventually(|| {
+            let s = weft::metrics::snapshot();
+            let done = s.tasks == 1;
+            after = Some(s);
+            done
+        });
+        (parked, after.unwrap())
     });
     // 100 parked receivers plus this task, running.
     assert_eq!(counts.tasks, 101, "{counts:?}");
@@ -101,7 +110,13 @@ fn tasks_spawned_from_a_plain_thread_and_woken_by_one_are_counted() {
     // A wake from this plain thread makes it runnable, then it finishes.
     task.unpark();
     handle.join().unwrap();
-    let s = weft::metrics::snapshot();
+    // As above: the count follows the join a moment later.
+    let start = Instant::now();
+    let mut s = weft::metrics::snapshot();
+    while s.tasks != 0 && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(1));
+        s = weft::metrics::snapshot();
+    }
     assert_eq!(
         (s.tasks, s.tasks_parked, s.tasks_runnable),
         (0, 0, 0),

@@ -48,7 +48,11 @@
 //! `sched/runtime.rs` (writing the profile at drop).
 //!
 //! # Task states
-//! - *live* ([`Snapshot::tasks`]): spawned and not finished; each holds a stack slot.
+//! - *live* ([`Snapshot::tasks`]): spawned and not finished; each holds a stack slot. A task
+//!   leaves this count when its worker has taken its stack back, a moment after its result
+//!   is published: a snapshot taken just after [`JoinHandle::join`](crate::JoinHandle::join)
+//!   returns may still count it (as runnable), and the next one a few microseconds later
+//!   does not.
 //! - *running*: on a worker now (at most one per worker).
 //! - *parked*: switched out in `park` and not woken yet. A woken task is runnable from the
 //!   moment its waker queues it.
