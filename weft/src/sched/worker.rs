@@ -1032,6 +1032,7 @@ impl Worker {
             // sleep (until the next deadline, or forever if that was the last timer).
             let fired = self.has_ready();
             if !fired && timeout != Some(Duration::ZERO) {
+                stack::release_emptied_images(timeout);
                 let slept = Instant::now();
                 let woken = super::io::wait(&self.remote, timeout);
                 // Woken early by a notify or I/O (not by the timeout: timers alone never

@@ -463,13 +463,18 @@ impl SlotPool {
 /// A step of giving back the warm slots of a past burst, for a worker about to sleep: returns
 /// how long it may sleep before the next step, or `None` when nothing is left to give back.
 pub(crate) fn trim_idle() -> Option<Duration> {
-    // Pages of compacted stacks' images that restores emptied (image.rs).
-    image::release_emptied();
     let pools = POOLS.get()?;
     pools
         .iter()
         .filter_map(|pool| pool.trim(pool.inner.lock().unwrap_or_else(|e| e.into_inner())))
         .min()
+}
+
+/// For a worker about to sleep for `sleep` (`None`: until woken): gives back the pages of
+/// compacted stacks' images that restores emptied, unless the sleep is short and they are
+/// few and recent (image.rs, `release_emptied_before_sleep`).
+pub(crate) fn release_emptied_images(sleep: Option<Duration>) {
+    image::release_emptied_before_sleep(sleep);
 }
 
 /// A worker's own last-in-first-out cache of warm slots, touched by that worker only.
