@@ -378,41 +378,85 @@ mod tests {
         }
     }
 
+    /// Images of 700 bytes until the first page is no longer the cursor's: returns them and
+    /// the first page's address.
+    fn fill_past_a_page() -> (Vec<*mut u8>, usize) {
+        let page = region::page_size();
+        let mut images = Vec::new();
+        while images.len() < 3
+            || images[0] as usize / page == images[images.len() - 1] as usize / page
+        {
+            let image = alloc(700);
+            // SAFETY: just allocated.
+            unsafe { std::ptr::write_bytes(parts(image).1, 0xab, 700) };
+            images.push(image);
+        }
+        let first_page = images[0] as usize / page * page;
+        (images, first_page)
+    }
+
+    /// Fills past a page, then frees every image on that first page, checking it stays
+    /// until the last is freed; returns the page and the images not on it.
+    fn empty_first_page() -> (usize, Vec<*mut u8>) {
+        let page = region::page_size();
+        let (images, first_page) = fill_past_a_page();
+        let (mut on_first, others): (Vec<*mut u8>, Vec<*mut u8>) = images
+            .into_iter()
+            .partition(|&i| i as usize / page * page == first_page);
+        let last = on_first.pop().unwrap();
+        for image in on_first {
+            // SAFETY: allocated by `fill_past_a_page`, freed once.
+            unsafe { free(image) };
+            release_emptied();
+            assert!(resident(first_page), "released with images still on it");
+        }
+        // SAFETY: as above. The page is no longer held: the cursor is past it.
+        unsafe { free(last) };
+        (first_page, others)
+    }
+
+    fn free_each(images: Vec<*mut u8>) {
+        for image in images {
+            // SAFETY: allocated by `fill_past_a_page`, freed once.
+            unsafe { free(image) };
+        }
+    }
+
     #[test]
     fn a_page_goes_back_once_its_last_image_is_freed() {
         // On a thread of its own, so that its run and counts are this test's alone.
         std::thread::spawn(|| {
-            let page = region::page_size();
-            // Fill past a page so that the first page is no longer held.
-            let mut images = Vec::new();
-            while images.len() < 3
-                || images[0] as usize / page == images[images.len() - 1] as usize / page
-            {
-                let image = alloc(700);
-                // SAFETY: just allocated.
-                unsafe { std::ptr::write_bytes(parts(image).1, 0xab, 700) };
-                images.push(image);
-            }
-            let first_page = images[0] as usize / page * page;
-            let on_first: Vec<*mut u8> = images
-                .iter()
-                .copied()
-                .filter(|&i| i as usize / page * page == first_page)
-                .collect();
-            let (last, rest) = on_first.split_last().unwrap();
-            for &image in rest {
-                // SAFETY: allocated above, freed once.
-                unsafe { free(image) };
-                release_emptied();
-                assert!(resident(first_page), "released with images still on it");
-            }
-            // SAFETY: as above. The page is no longer held: the cursor is past it.
-            unsafe { free(*last) };
+            let (first_page, others) = empty_first_page();
             release_emptied();
             assert!(!resident(first_page), "the emptied page stayed");
-            for image in images.into_iter().filter(|i| !on_first.contains(i)) {
-                // SAFETY: as above.
-                unsafe { free(image) };
+            free_each(others);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn an_emptied_page_waits_for_a_long_sleep_or_its_age() {
+        std::thread::spawn(|| {
+            let short = Some(Duration::from_micros(50));
+            // Each case: whether it waits past a short sleep, then what releases it.
+            let cases: [(&str, fn()); 3] = [
+                ("a long sleep", || {
+                    release_emptied_before_sleep(Some(RELEASE_SLEEP))
+                }),
+                ("a sleep until woken", || release_emptied_before_sleep(None)),
+                ("its age", || {
+                    std::thread::sleep(RELEASE_AGE);
+                    release_emptied_before_sleep(Some(Duration::from_micros(50)));
+                }),
+            ];
+            for (what, release) in cases {
+                let (first_page, others) = empty_first_page();
+                release_emptied_before_sleep(short);
+                assert!(resident(first_page), "released before a short sleep");
+                release();
+                assert!(!resident(first_page), "kept through {what}");
+                free_each(others);
             }
         })
         .join()
