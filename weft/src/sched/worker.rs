@@ -57,7 +57,7 @@ use super::stats::Sampler;
 use crate::debug::{trace, ParkSite};
 use crate::metrics::counters;
 use crate::park::ParkReason;
-use crate::stack::{self, LocalSlots, SizeClass, Slot};
+use crate::stack::{self, LocalSlots, PrefillDepths, SizeClass, Slot};
 use crate::task::{interrupt, Cancelled, Header, RunState, Suspend, Task, TaskCoroutine};
 
 /// How long an idle worker keeps looking for work before it sleeps.
@@ -618,6 +618,8 @@ pub(crate) struct Worker {
     slots: RefCell<LocalSlots>,
     /// Parked tasks whose stacks are to be reclaimed or compacted (stack/compact.rs).
     stacks: RefCell<stack::ParkedStacks>,
+    /// How deep to prefill a fresh slot, by spawn site, from what compaction found.
+    prefill: RefCell<PrefillDepths>,
     live: RefCell<Live>,
     /// The header of the task being resumed, if any.
     current: Cell<Option<NonNull<Header>>>,
@@ -662,6 +664,7 @@ impl Worker {
             run_next: Cell::new(None),
             slots: RefCell::new(LocalSlots::default()),
             stacks: RefCell::new(stack::ParkedStacks::new(policy)),
+            prefill: RefCell::new(PrefillDepths::default()),
             live: RefCell::new(Live::default()),
             current: Cell::new(None),
             tick: Cell::new(0),
@@ -726,15 +729,21 @@ impl Worker {
     /// the next is due.
     fn stack_step(&self) -> Option<Duration> {
         let live = self.live.borrow();
-        self.stacks.borrow_mut().step(|index| {
-            let task = live.get(index)?;
-            let header = task.header();
-            Some(stack::LiveStack {
-                stack: &header.stack,
-                size: header.class.bytes(),
-                parked: header.park.is_parked(),
-            })
-        })
+        let mut prefill = self.prefill.borrow_mut();
+        self.stacks.borrow_mut().step(
+            |index| {
+                let task = live.get(index)?;
+                let header = task.header();
+                let site: *const Location<'static> = header.spawn_site;
+                Some(stack::LiveStack {
+                    stack: &header.stack,
+                    size: header.class.bytes(),
+                    parked: header.park.is_parked(),
+                    key: site as usize,
+                })
+            },
+            |site, pages| prefill.observe(site, pages),
+        )
     }
 
     /// Queues a task woken on this worker. One woken by the running task goes to `run_next`:
@@ -1226,10 +1235,17 @@ impl Worker {
                 Err(e) => return self.fail_to_start(task, e),
             },
         };
-        slot.prepare();
         let remote = &self.remote;
         remote.counters.started();
-        if Sampler::wants(remote.sites.count(task.header().spawn_site)) {
+        let sampled = Sampler::wants(remote.sites.count(task.header().spawn_site));
+        slot.prepare(|| {
+            if sampled {
+                return 1; // its pages below the top are released for the measurement
+            }
+            let site: *const Location<'static> = task.header().spawn_site;
+            self.prefill.borrow().pages(site as usize)
+        });
+        if sampled {
             // The live entry this task is about to get (stats.rs invariant 2).
             self.sampler.start(self.live.borrow().vacant_key(), &slot);
         }

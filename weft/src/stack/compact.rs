@@ -85,9 +85,11 @@
 //! # Stack growth in a registered region
 //! A region is registered at its first compaction (region.rs invariant 3). From then on
 //! every first touch of a missing page in it goes to the fault thread (invariant 5), ≈5–60 µs
-//! a trip here against ≈1.5 µs for the kernel's own fault: a fresh slot's top page is filled
-//! before its task starts, the thread fills [`GROW_PAGES`] real pages at a time (never the
-//! zero page: writing one is a TLB shootdown, see [`GROW_PAGES`]), and where compaction
+//! a trip here against ≈1.5 µs for the kernel's own fault: a fresh slot is filled before its
+//! task starts as deep as the last compacted task of its spawn site was ([`prefill`]; a
+//! burst of 100K tasks each 64 KiB deep went from 6.4–6.8 s to 1.3 s, a million 8 KiB deep
+//! from 14–15 s to 4.2–4.4 s), the thread fills [`GROW_PAGES`] or more real pages a trip
+//! (never the zero page: writing one is a TLB shootdown, see [`GROW_PAGES`]), and where compaction
 //! runs reclaim waits as long as compaction does, so that a task that wakes often does not
 //! refill released pages at each wake.
 //!
@@ -698,6 +700,9 @@ pub(crate) struct Scratch {
 
 /// Pages a [`Scratch`] holds; restores of more live bytes go through it in pieces.
 const SCRATCH_PAGES: usize = 16;
+/// The most pages [`prefill`] fills (256 KiB, a default slot), one `UFFDIO_COPY` from the
+/// zeros of a [`Scratch`] per [`SCRATCH_PAGES`].
+pub(crate) const PREFILL_PAGES_MAX: usize = 64;
 /// Pages the fault thread fills with zeros at a fault of stack growth, at least: the
 /// faulting one and the ones below it (a growing stack touches them next; each fault served
 /// by the thread costs ≈6–70 µs here, against ≈1 µs a page to fill). A deeper stack gets as
@@ -863,24 +868,36 @@ pub(crate) fn serve_fault(addr: usize, write_protected: bool, tid: u32, scratch:
     }
 }
 
-/// Fills the top page of fresh slots in registered regions with zeros, so that a task's
-/// first frames do not fault through the fault thread (≈5–60 µs here; one `UFFDIO_COPY`
-/// costs the same ≈1 µs as the kernel's first touch). Filling four pages with zeros instead
-/// took 16 KiB and four page allocations for every idle task and doubled the time to start
-/// a million sleepers; a deeper task's first growth fault fills [`GROW_PAGES`].
-pub(crate) fn prefill(starts: &[usize], size: usize) {
+/// Fills the top `pages` pages (1 to [`SCRATCH_PAGES`]) of fresh slots in registered
+/// regions with zeros, so that a task's first frames do not fault through the fault thread
+/// (≈5–60 µs a trip here; one `UFFDIO_COPY` costs the same ≈1 µs as the kernel's first
+/// touch, and ≈0.5 µs more a page). The caller says how deep: as deep as the last compacted
+/// task of the same spawn site was ([`PREFILL_PAGES_MAX`]), else one page. Filling four
+/// pages for every task instead took 16 KiB and four page allocations for every idle task
+/// and doubled the time to start a million sleepers; without a depth to go by, a deeper
+/// task's first growth fault fills [`GROW_PAGES`].
+pub(crate) fn prefill(starts: &[usize], size: usize, pages: usize) {
     if starts.is_empty() || !register_regions() {
         return;
     }
     let page = region::page_size();
+    // Never the guard page.
+    let pages = pages.clamp(1, PREFILL_PAGES_MAX).min(size / page - 1);
     WORKER_SCRATCH.with(|scratch| {
         let mut scratch = scratch.borrow_mut();
         let scratch = scratch.get_or_insert_with(Scratch::new);
         for &slot in starts {
             if region::registered(slot) {
-                // SAFETY: the slot is in a pool (RESIDENT, invariant 7) and holds nothing;
-                // `fill` leaves a present page alone.
-                unsafe { uffd::fill(slot + size - page, scratch.zeros, page) };
+                let top = slot + size;
+                let mut at = top - pages * page;
+                while at < top {
+                    let n = (top - at).min(SCRATCH_PAGES * page);
+                    // SAFETY: the slot is in a pool (RESIDENT, invariant 7) and holds nothing,
+                    // and `[at, at + n)` is in it above its guard page; `fill` leaves a present
+                    // page alone.
+                    unsafe { uffd::fill(at, scratch.zeros, n) };
+                    at += n;
+                }
             }
         }
     });
@@ -971,6 +988,9 @@ pub(crate) struct LiveStack<'a> {
     pub(crate) size: usize,
     /// Whether the task is parked now (not woken, not running).
     pub(crate) parked: bool,
+    /// The caller's key for the task's kind (its spawn site), handed back with the depth a
+    /// compaction found (`step`'s `observe`).
+    pub(crate) key: usize,
 }
 
 /// One worker's queue of parked tasks to shrink, in the order they parked.
@@ -1056,11 +1076,14 @@ impl ParkedStacks {
     }
 
     /// One step: reclaims or compacts up to `batch` tasks parked long enough. `resolve`
-    /// gives the live task at an index of the worker's live list. The worker calls it
-    /// between tasks (none of its tasks runs); returns when to call again.
+    /// gives the live task at an index of the worker's live list; `observe` gets the key and
+    /// the depth in pages (from the top of the slot down to its lowest resident page) of
+    /// each task compacted. The worker calls it between tasks (none of its tasks runs);
+    /// returns when to call again.
     pub(crate) fn step<'a>(
         &mut self,
         resolve: impl Fn(usize) -> Option<LiveStack<'a>>,
+        observe: impl FnMut(usize, usize),
     ) -> Option<Duration> {
         if self.queue.is_empty() {
             return None;
@@ -1115,6 +1138,7 @@ impl ParkedStacks {
                     slot,
                     size: live.size,
                     lo,
+                    key: live.key,
                 });
                 stack.flags.set(flags & !QUEUED);
             } else {
@@ -1140,7 +1164,7 @@ impl ParkedStacks {
             add(&RECLAIMED_BYTES, released as u64);
         }
         if !compact.is_empty() {
-            compact_all(&mut compact);
+            compact_all(&mut compact, observe);
         }
         self.due()
     }
@@ -1156,10 +1180,12 @@ struct Candidate<'a> {
     slot: usize,
     size: usize,
     lo: usize,
+    key: usize,
 }
 
-/// Compacts `candidates`, grouped into runs of consecutive slots.
-fn compact_all(candidates: &mut [Candidate<'_>]) {
+/// Compacts `candidates`, grouped into runs of consecutive slots; `observe` as in
+/// [`ParkedStacks::step`].
+fn compact_all(candidates: &mut [Candidate<'_>], mut observe: impl FnMut(usize, usize)) {
     candidates.sort_unstable_by_key(|c| c.slot);
     let mut rest = &candidates[..];
     while !rest.is_empty() {
@@ -1170,13 +1196,13 @@ fn compact_all(candidates: &mut [Candidate<'_>]) {
         {
             n += 1;
         }
-        compact_run(&rest[..n]);
+        compact_run(&rest[..n], &mut observe);
         rest = &rest[n..];
     }
 }
 
 /// Compacts a run of consecutive slots (invariant 3).
-fn compact_run(run: &[Candidate<'_>]) {
+fn compact_run(run: &[Candidate<'_>], observe: &mut impl FnMut(usize, usize)) {
     let page = region::page_size();
     let size = run[0].size;
     let start = run[0].slot;
@@ -1241,6 +1267,9 @@ fn compact_run(run: &[Candidate<'_>]) {
         }
         let slot_pages = &resident[(c.slot - start) / page..(top - start) / page];
         released += slot_pages.iter().filter(|&&r| r & 1 != 0).count() as u64 * page as u64;
+        if let Some(lowest) = slot_pages.iter().position(|&r| r & 1 != 0) {
+            observe(c.key, slot_pages.len() - lowest);
+        }
         live_bytes += n as u64;
         // 3d.
         let entry = region::table_entry(c.slot).expect("slot in a registered region");
