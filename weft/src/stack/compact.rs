@@ -86,7 +86,7 @@
 //! A region is registered at its first compaction (region.rs invariant 3). From then on
 //! every first touch of a missing page in it goes to the fault thread (invariant 5), ≈5–60 µs
 //! a trip here against ≈1.5 µs for the kernel's own fault: a fresh slot is filled before its
-//! task starts as deep as the last compacted task of its spawn site was ([`prefill`]; a
+//! task starts as deep as the last compacted tasks of its spawn site were ([`prefill`]; a
 //! burst of 100K tasks each 64 KiB deep went from 6.4–6.8 s to 1.3 s, a million 8 KiB deep
 //! from 14–15 s to 4.2–4.4 s), the thread fills [`GROW_PAGES`] or more real pages a trip
 //! (never the zero page: writing one is a TLB shootdown, see [`GROW_PAGES`]), and where compaction
@@ -871,8 +871,9 @@ pub(crate) fn serve_fault(addr: usize, write_protected: bool, tid: u32, scratch:
 /// Fills the top `pages` pages (1 to [`SCRATCH_PAGES`]) of fresh slots in registered
 /// regions with zeros, so that a task's first frames do not fault through the fault thread
 /// (≈5–60 µs a trip here; one `UFFDIO_COPY` costs the same ≈1 µs as the kernel's first
-/// touch, and ≈0.5 µs more a page). The caller says how deep: as deep as the last compacted
-/// task of the same spawn site was ([`PREFILL_PAGES_MAX`]), else one page. Filling four
+/// touch, and ≈0.5 µs more a page). The caller says how deep (`stack::PrefillDepths`: from
+/// the last compacted tasks of the same spawn site, at most [`PREFILL_PAGES_MAX`]), else one
+/// page. Filling four
 /// pages for every task instead took 16 KiB and four page allocations for every idle task
 /// and doubled the time to start a million sleepers; without a depth to go by, a deeper
 /// task's first growth fault fills [`GROW_PAGES`].

@@ -478,14 +478,18 @@ pub(crate) fn release_emptied_images(sleep: Option<Duration>) {
 }
 
 /// How deep a worker prefills a fresh slot for a task of a given kind (its spawn site, as a
-/// key): the depth in pages that the last compaction of a task of that kind found resident,
-/// so that in a burst of tasks that each run 64 KiB deep the first growth faults are not a
-/// few trips to the fault thread each (measured: 100K such tasks spawned until parked took
-/// 6.2–6.6 s, three trips a task). Touched by its worker only. A direct-mapped table: two
-/// kinds that share an entry take turns, and a miss prefills one page, as without it.
+/// key): the shallower of the depths in pages that the last two compactions of tasks of that
+/// kind found resident, so that in a burst of tasks that each run 64 KiB deep the first
+/// growth faults are not a few trips to the fault thread each (measured: 100K such tasks
+/// spawned until parked took 6.2–6.6 s, three trips a task). The shallower of two, not the
+/// last: one task that once ran deep (say 250 KiB, in its setup) must not make every fresh
+/// slot of a burst of shallow ones take 250 KiB. Touched by its worker only. A direct-mapped
+/// table: two kinds that share an entry take turns, and a miss prefills one page, as
+/// without it.
 #[derive(Debug)]
 pub(crate) struct PrefillDepths {
-    entries: Box<[(usize, u8)]>,
+    /// (key, last depth, the one before it; 0: none yet).
+    entries: Box<[(usize, u8, u8)]>,
 }
 
 /// Entries of a [`PrefillDepths`] (a power of two).
@@ -494,7 +498,7 @@ const PREFILL_ENTRIES: usize = 256;
 impl Default for PrefillDepths {
     fn default() -> PrefillDepths {
         PrefillDepths {
-            entries: vec![(0, 0); PREFILL_ENTRIES].into_boxed_slice(),
+            entries: vec![(0, 0, 0); PREFILL_ENTRIES].into_boxed_slice(),
         }
     }
 }
@@ -506,10 +510,11 @@ impl PrefillDepths {
             >> (usize::BITS - PREFILL_ENTRIES.trailing_zeros())
     }
 
-    /// Pages to prefill for a fresh slot of a task of kind `key`: 1 when none is known.
+    /// Pages to prefill for a fresh slot of a task of kind `key`: 1 until two depths are
+    /// known.
     pub(crate) fn pages(&self, key: usize) -> usize {
         match self.entries[Self::index(key)] {
-            (k, pages) if k == key && key != 0 => pages as usize,
+            (k, last, before) if k == key && key != 0 && before != 0 => last.min(before) as usize,
             _ => 1,
         }
     }
@@ -517,7 +522,12 @@ impl PrefillDepths {
     /// A compaction found a task of kind `key` `pages` deep.
     pub(crate) fn observe(&mut self, key: usize, pages: usize) {
         let pages = pages.clamp(1, compact::PREFILL_PAGES_MAX) as u8;
-        self.entries[Self::index(key)] = (key, pages);
+        let entry = &mut self.entries[Self::index(key)];
+        *entry = if entry.0 == key {
+            (key, pages, entry.1)
+        } else {
+            (key, pages, 0)
+        };
     }
 }
 
@@ -562,16 +572,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn prefill_depths_remember_the_last_depth_of_each_kind() {
+    fn prefill_depths_take_the_shallower_of_the_last_two_depths_of_each_kind() {
         static A: u64 = 0;
         static B: u64 = 0;
         let (a, b) = (&A as *const u64 as usize, &B as *const u64 as usize);
         let mut depths = PrefillDepths::default();
         assert_eq!(depths.pages(a), 1, "an unknown kind gets one page");
         depths.observe(a, 10);
+        assert_eq!(depths.pages(a), 1, "one depth is not enough to go by");
+        depths.observe(a, 10);
         assert_eq!((depths.pages(a), depths.pages(b)), (10, 1));
+        depths.observe(a, 60);
+        assert_eq!(depths.pages(a), 10, "one deep task does not deepen it");
         depths.observe(a, 3);
-        assert_eq!(depths.pages(a), 3, "the last depth, not the deepest");
+        assert_eq!(depths.pages(a), 3, "one shallow one makes it shallow");
+        depths.observe(b, 1000);
         depths.observe(b, 1000);
         assert_eq!(depths.pages(b), compact::PREFILL_PAGES_MAX);
         depths.observe(b, 0);
