@@ -451,9 +451,13 @@ mod tests {
                 }),
             ];
             for (what, release) in cases {
+                let start = Instant::now();
                 let (first_page, others) = empty_first_page();
                 release_emptied_before_sleep(short);
-                assert!(resident(first_page), "released before a short sleep");
+                // Only if this thread was not held off the CPU past the page's age.
+                if start.elapsed() < RELEASE_AGE {
+                    assert!(resident(first_page), "released before a short sleep");
+                }
                 release();
                 assert!(!resident(first_page), "kept through {what}");
                 free_each(others);
