@@ -1,14 +1,14 @@
-//! A fresh slot is prefilled as deep as the last compacted task of its spawn site went
-//! (stack/mod.rs, `PrefillDepths`): once a task that runs 40 KiB deep has been compacted,
-//! the next tasks of its site start on slots whose pages are there, and their growth takes
-//! no trip to the fault thread.
+//! Stacks are filled ahead of their tasks, so that growth in a region under userfaultfd does
+//! not take trips to the fault thread: a fresh slot as deep as the last compacted tasks of its
+//! spawn site went (stack/mod.rs, `PrefillDepths`), and a restored one as deep as it was when
+//! compacted (stack/compact.rs, `RESTORE_DEPTH_MAX`).
 //!
-//! A file of its own: the stack counters are process-wide, and another test's tasks would
-//! move them.
+//! A file of its own, its tests taking turns (`SERIAL`): the stack counters are process-wide,
+//! and another test's tasks would move them.
 
 use std::hint::black_box;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use weft::stack::{StackMode, StackPolicy};
@@ -16,6 +16,8 @@ use weft::stack::{StackMode, StackPolicy};
 mod common;
 
 use common::watchdog;
+
+static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Waits (in a task) until `f` holds, for at most 10 s.
 fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
@@ -27,13 +29,17 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
 }
 
 #[inline(never)]
-fn use_40k_then_park(gate: &AtomicBool) {
+fn use_40k() {
     let mut buf = [0u8; 40 << 10];
     black_box(&mut buf);
     for i in (0..buf.len()).step_by(1024) {
         buf[i] = i as u8;
     }
     black_box(&buf);
+}
+
+fn use_40k_then_park(gate: &AtomicBool) {
+    use_40k();
     while !gate.load(Ordering::Acquire) {
         weft::task::park();
     }
@@ -57,9 +63,9 @@ fn open(gate: &AtomicBool, tasks: Vec<weft::JoinHandle<()>>) {
     }
 }
 
-#[test]
-fn deep_tasks_start_prefilled_once_one_of_their_site_was_compacted() {
-    let _done = watchdog("deep_tasks_start_prefilled", 60);
+/// One worker that compacts at its first step after a park; `None` (the test skips, with the
+/// reason printed) where this process cannot compact.
+fn eager_runtime() -> Option<weft::Runtime> {
     let rt = weft::Runtime::builder()
         .workers(1)
         .stack_policy(StackPolicy::eager())
@@ -68,8 +74,18 @@ fn deep_tasks_start_prefilled_once_one_of_their_site_was_compacted() {
     let mode = weft::stack::mode();
     if mode != StackMode::Compact {
         eprintln!("skipped: stack mode is {mode}");
-        return;
+        return None;
     }
+    Some(rt)
+}
+
+#[test]
+fn deep_tasks_start_prefilled_once_one_of_their_site_was_compacted() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _done = watchdog("deep_tasks_start_prefilled", 60);
+    let Some(rt) = eager_runtime() else {
+        return;
+    };
     rt.block_on(|| {
         // Register the slots' region: one task parked and compacted. It stays parked, so
         // that its slot is not a warm one for the tasks below (only fresh ones are filled).
@@ -120,5 +136,76 @@ fn deep_tasks_start_prefilled_once_one_of_their_site_was_compacted() {
         open(&first_gate, first);
         open(&second_gate, second);
         open(&registrar_gate, registrar);
+    });
+}
+
+#[test]
+fn a_restored_task_that_runs_as_deep_as_before_takes_no_trips() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _done = watchdog("a_restored_task_that_runs_as_deep_as_before", 60);
+    let Some(rt) = eager_runtime() else {
+        return;
+    };
+    rt.block_on(|| {
+        const N: usize = 40;
+        // Each task parks shallow first, then at each wake runs 40 KiB deep and parks again.
+        let round = Arc::new(AtomicU32::new(0));
+        let ran = Arc::new(AtomicUsize::new(0));
+        let tasks: Vec<_> = (0..N)
+            .map(|_| {
+                let (round, ran) = (round.clone(), ran.clone());
+                // Slots of a size of their own: not warm ones the other test's tasks left.
+                weft::task::Builder::new()
+                    .stack_size(128 << 10)
+                    .spawn(move || {
+                        let mut seen = 0;
+                        loop {
+                            while round.load(Ordering::Acquire) == seen {
+                                weft::task::park();
+                            }
+                            seen = round.load(Ordering::Acquire);
+                            if seen == u32::MAX {
+                                return;
+                            }
+                            use_40k();
+                            ran.fetch_add(1, Ordering::AcqRel);
+                        }
+                    })
+                    .unwrap()
+            })
+            .collect();
+        // One round: all compacted, then all woken once; returns the growth trips it took.
+        let wake_all = |n: u32| {
+            let compacted = weft::stack::counters().compactions;
+            wait_until("the tasks' compactions", || {
+                weft::stack::counters().compactions >= compacted + N as u64
+            });
+            let before = weft::stack::counters();
+            round.store(n, Ordering::Release);
+            for task in &tasks {
+                task.task().unpark();
+            }
+            wait_until("the tasks' runs", || {
+                ran.load(Ordering::Acquire) >= n as usize * N
+            });
+            let after = weft::stack::counters();
+            assert_eq!(after.fault_restores, before.fault_restores, "{after:?}");
+            after.zero_fills - before.zero_fills
+        };
+        let first = wake_all(1);
+        assert!(first >= N as u64, "{first} trips");
+        let second = wake_all(2);
+        let third = wake_all(3);
+        println!("growth trips of {N} woken tasks: {first}, then {second}, then {third}");
+        // The first round's tasks were compacted one page deep. In the later ones each was
+        // compacted 10 pages deep and is restored as deep: no trip, but one restore in 8
+        // fills only the image (this task's own restores count in that 8), and such a task
+        // takes two trips. Restored one page deep, each would take two: 160 in all.
+        assert!(second + third <= N as u64, "{second} + {third} trips");
+        round.store(u32::MAX, Ordering::Release);
+        for task in tasks {
+            task.task().unpark();
+            task.join().unwrap();
+        }
     });
 }

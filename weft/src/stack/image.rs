@@ -48,6 +48,7 @@ use super::region;
 const SEGMENT_BYTES: usize = 64 << 20;
 /// Segments at most (256 GiB of images); an allocation past them aborts like an OOM.
 const MAX_SEGMENTS: usize = 4096;
+const _: () = assert!(MAX_SEGMENTS <= 1 << SEGMENT_BITS);
 /// Bytes of the run a thread carves its images from.
 const RUN_BYTES: usize = 64 << 10;
 /// An image larger than this gets a run of its own, whole pages.
@@ -62,8 +63,11 @@ const RELEASE_BATCH: usize = 128;
 const RELEASE_SLEEP: Duration = Duration::from_millis(1);
 /// Emptied pages wait at most about this long for a long enough sleep.
 const RELEASE_AGE: Duration = Duration::from_millis(100);
-/// Bytes before an image's contents: its length and its segment, 4 bytes each.
+/// Bytes before an image's contents: its length (4 bytes), then its segment (3 bytes) and
+/// the depth its slot had ([`set_depth`], 1 byte) in one 4-byte word.
 const HEADER: usize = 8;
+/// The segment's bits of the header's second word ([`MAX_SEGMENTS`] fits).
+const SEGMENT_BITS: u32 = 24;
 
 struct Segment {
     base: usize,
@@ -268,6 +272,29 @@ pub(crate) unsafe fn parts(image: *mut u8) -> (usize, *mut u8) {
     unsafe { ((image as *const u32).read() as usize, image.add(HEADER)) }
 }
 
+/// Records in an image's header how deep, in pages (at most 255), its slot was resident when
+/// it was compacted: how deep a restore fills it (`compact.rs`, `RESTORE_DEPTH_MAX`).
+///
+/// # Safety
+/// As [`parts`], and the image is not published yet (its writer is the only one to touch it).
+pub(crate) unsafe fn set_depth(image: *mut u8, pages: usize) {
+    // SAFETY: the caller's contract; the second header word.
+    unsafe {
+        let word = image.add(4) as *mut u32;
+        let segment = word.read() & ((1 << SEGMENT_BITS) - 1);
+        word.write(segment | (pages.min(255) as u32) << SEGMENT_BITS);
+    }
+}
+
+/// The depth [`set_depth`] recorded, 0 if none.
+///
+/// # Safety
+/// As [`parts`].
+pub(crate) unsafe fn depth(image: *mut u8) -> usize {
+    // SAFETY: the caller's contract; the second header word.
+    unsafe { ((image.add(4) as *const u32).read() >> SEGMENT_BITS) as usize }
+}
+
 /// Frees an image; a page left without images goes back to the kernel (in batches).
 ///
 /// # Safety
@@ -277,7 +304,7 @@ pub(crate) unsafe fn free(image: *mut u8) {
     let (len, index) = unsafe {
         (
             (image as *const u32).read() as usize,
-            (image.add(4) as *const u32).read(),
+            (image.add(4) as *const u32).read() & ((1 << SEGMENT_BITS) - 1),
         )
     };
     let start = image as usize;
