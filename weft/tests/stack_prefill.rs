@@ -1,7 +1,9 @@
 //! Stacks are filled ahead of their tasks, so that growth in a region under userfaultfd does
 //! not take trips to the fault thread: a fresh slot as deep as the last compacted tasks of its
 //! spawn site went (stack/mod.rs, `PrefillDepths`), and a restored one as deep as it was when
-//! compacted (stack/compact.rs, `RESTORE_DEPTH_MAX`).
+//! compacted (stack/compact.rs, `RESTORE_DEPTH_MAX`). And a channel send to a compacted
+//! receiver restores the receiver's stack itself rather than through a fault on its entry
+//! (`restore_if_compacted`).
 //!
 //! A file of its own, its tests taking turns (`SERIAL`): the stack counters are process-wide,
 //! and another test's tasks would move them.
@@ -207,5 +209,53 @@ fn a_restored_task_that_runs_as_deep_as_before_takes_no_trips() {
             task.task().unpark();
             task.join().unwrap();
         }
+    });
+}
+
+#[test]
+fn a_send_to_a_compacted_receiver_restores_it_without_the_fault_thread() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _done = watchdog("a_send_to_a_compacted_receiver", 60);
+    let Some(rt) = eager_runtime() else {
+        return;
+    };
+    rt.block_on(|| {
+        const N: usize = 20;
+        let parked = Arc::new(AtomicUsize::new(0));
+        let (senders, receivers): (Vec<_>, Vec<_>) = (0..N)
+            .map(|i| {
+                let (tx, rx) = weft::chan::bounded::<usize>(0);
+                let parked = parked.clone();
+                let receiver = weft::task::Builder::new()
+                    .stack_size(64 << 10)
+                    .spawn(move || {
+                        let marker = [i; 8];
+                        parked.fetch_add(1, Ordering::AcqRel);
+                        // The entry this receive queues lives on this (compacted) stack.
+                        let got = rx.recv().unwrap();
+                        assert_eq!(black_box(marker), [i; 8]);
+                        got
+                    })
+                    .unwrap();
+                (tx, receiver)
+            })
+            .unzip();
+        wait_until("the receivers' starts", || {
+            parked.load(Ordering::Acquire) == N
+        });
+        let before = weft::stack::counters();
+        wait_until("the receivers' compactions", || {
+            weft::stack::counters().compactions >= before.compactions + N as u64
+        });
+        let before = weft::stack::counters();
+        for (i, tx) in senders.iter().enumerate() {
+            tx.send(i * 3).unwrap();
+        }
+        for (i, receiver) in receivers.into_iter().enumerate() {
+            assert_eq!(receiver.join().unwrap(), i * 3);
+        }
+        let after = weft::stack::counters();
+        assert!(after.restores >= before.restores + N as u64, "{after:?}");
+        assert_eq!(after.fault_restores, before.fault_restores, "{after:?}");
     });
 }

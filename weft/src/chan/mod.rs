@@ -31,7 +31,8 @@
 //! channel's values to the others, except one handed to it at the very moment of the cancel,
 //! which its frame drops. Checked by `tests/chan_drops.rs` and `tests/cancel.rs`.
 //!
-//! May call: `park`, `sched` (through `park`). Called by: users, `time` (after, tick).
+//! May call: `park`, `sched` (through `park`), `stack` (waitq.rs: a compacted entry's restore).
+//! Called by: users, `time` (after, tick).
 //!
 //! Why Go's semantics, including a rendezvous `bounded(0)`: programs ported from Go rely on
 //! `send` returning only once a receiver took the value. Why errors instead of Go's panic on a

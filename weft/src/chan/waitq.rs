@@ -12,7 +12,8 @@
 //! 3. A queued entry is alive: its owner removes it (or sees it popped) before its frame or box
 //!    goes away (core.rs invariant 3).
 //!
-//! May call: nothing. Called by: `chan::core`.
+//! May call: `stack` (to restore a compacted entry's stack before touching it). Called by:
+//! `chan::core`.
 
 use std::cell::UnsafeCell;
 use std::ptr;
@@ -91,6 +92,9 @@ impl<T> WaitQueue<T> {
         if entry.is_null() {
             return None;
         }
+        // The entry is usually on its parked owner's stack, which may be compacted: restore
+        // it here rather than through a fault on the first touch below.
+        crate::stack::restore_if_compacted(entry as usize);
         // SAFETY: queued, so alive (invariant 3); `&mut self` holds the lock (invariant 1).
         let links = unsafe { links_of(entry) };
         self.head = links.next;

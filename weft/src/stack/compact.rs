@@ -699,8 +699,8 @@ use super::image::{
 pub(crate) struct Scratch {
     buf: *mut u8,
     zeros: *mut u8,
-    /// Restores made through it (wrapping): every [`RESTORE_PROBE_EVERY`]th fills only the
-    /// image.
+    /// Restores made through it that may probe (wrapping; see [`RESTORE_PROBE_EXTRA`]):
+    /// every [`RESTORE_PROBE_EVERY`]th fills only the image.
     restores: u32,
 }
 
@@ -731,14 +731,20 @@ const GROW_PAGES: usize = 4;
 /// deeper than the read it parked in) does not take trips to the fault thread: a task that
 /// woke and ran 16 KiB deep cost 75–86 µs of CPU per wake, two trips, against 10–12 µs with
 /// compaction off. A page costs ≈0.5 µs, so a task that stays shallow (an idle one, the
-/// timers' sleepers) is filled one page deep as before. Every
-/// [`RESTORE_PROBE_EVERY`]th restore fills only the image: the filled pages are resident
-/// whether the task touches them or not, and without that probe a task that ran deep once
-/// would be filled deep at every wake.
+/// timers' sleepers) is filled one page deep as before. Where the depth is
+/// [`RESTORE_PROBE_EXTRA`] pages or more below the image, every [`RESTORE_PROBE_EVERY`]th
+/// restore fills only the image: the filled pages are resident whether the task touches
+/// them or not, and without that probe a task that ran deep once would be filled deep at
+/// every wake.
 const RESTORE_DEPTH_MAX: usize = 16;
-/// One restore in this many (by the same thread) fills only the image (see
-/// [`RESTORE_DEPTH_MAX`]).
+/// One restore in this many (by the same thread) of a slot at least [`RESTORE_PROBE_EXTRA`]
+/// pages deeper than its image fills only the image (see [`RESTORE_DEPTH_MAX`]).
 const RESTORE_PROBE_EVERY: u32 = 8;
+/// Pages below the image from which a restore may probe: a probe that finds the task still
+/// needs them costs it a trip to the fault thread or two (≈30 µs), one in
+/// [`RESTORE_PROBE_EVERY`], so it pays only where filling them at every restore costs more
+/// (≈0.5 µs a page).
+const RESTORE_PROBE_EXTRA: usize = 8;
 
 impl Scratch {
     pub(crate) fn new() -> Scratch {
@@ -771,15 +777,16 @@ unsafe fn restore_locked(slot: usize, size: usize, image: *mut u8, scratch: &mut
     let page = region::page_size();
     // SAFETY: the caller's contract.
     let (len, bytes) = unsafe { image_parts(image) };
-    scratch.restores = scratch.restores.wrapping_add(1);
-    let depth = if scratch.restores % RESTORE_PROBE_EVERY == 0 {
-        0
-    } else {
-        // SAFETY: the caller's contract.
-        unsafe { image_depth(image) }
-    };
     let top = slot + size;
     let lo = top - len;
+    // SAFETY: the caller's contract.
+    let mut depth = unsafe { image_depth(image) };
+    if depth.saturating_sub((top - lo / page * page) / page) >= RESTORE_PROBE_EXTRA {
+        scratch.restores = scratch.restores.wrapping_add(1);
+        if scratch.restores % RESTORE_PROBE_EVERY == 0 {
+            depth = 0;
+        }
+    }
     let first = (lo / page * page)
         .min(top.saturating_sub(depth.min(RESTORE_DEPTH_MAX) * page))
         .max(slot + page);
@@ -838,6 +845,28 @@ pub(crate) fn restore(slot: usize, size: usize) {
             unsafe { image_free(image) };
         }
     });
+}
+
+/// If `addr` lies in a compacted slot, restores that slot now, on this thread: for code about
+/// to touch a parked task's stack from another task (a channel handing a value to a parked
+/// receiver reads and writes the receiver's entry, which lives on its stack). Without it the
+/// touch itself restores the slot, through a trip to the fault thread that the toucher waits
+/// out: a compacted receiver woken by a send cost its sender ≈30 µs. Sound as the fault
+/// thread's restore is: under the slot's lock (invariant 2), of a parked task (a compacted
+/// one is, invariant 4); its worker finds the slot restored and skips its own restore.
+#[inline]
+pub(crate) fn restore_if_compacted(addr: usize) {
+    // A process that never compacted pays one load; the rest stays out of its callers' code.
+    if COMPACTIONS.load(Ordering::Relaxed) != 0 {
+        restore_if_compacted_slot(addr);
+    }
+}
+
+#[inline(never)]
+fn restore_if_compacted_slot(addr: usize) {
+    if let Some((slot, size)) = region::compacted_slot_of(addr) {
+        restore(slot, size);
+    }
 }
 
 /// The fault thread: serves a fault at `addr` by thread `tid` (invariants 4, 5 and 8).

@@ -82,7 +82,8 @@ pub use region::guards_are_markers;
 pub(crate) use region::regions;
 
 pub(crate) use compact::{
-    calibrate, copy_stack_bytes, switch_out, LiveStack, ParkedStack, ParkedStacks,
+    calibrate, copy_stack_bytes, restore_if_compacted, switch_out, LiveStack, ParkedStack,
+    ParkedStacks,
 };
 
 pub(crate) use overflow::{context_pc_sp, install_handler, set_running, AltStack, DescribeTask};

@@ -239,6 +239,32 @@ fn region_of(addr: usize) -> Option<(usize, usize, *mut AtomicPtr<u8>)> {
     })
 }
 
+/// The slot holding `addr`, as (start, size), if it lies in a stack region and that slot is
+/// compacted now (its table entry holds an image; a hint, read without the slot's lock).
+/// Cheaper than [`slot_of`] then [`table_entry`]: one pass over the regions, and a shift for
+/// the slot's index (slot sizes are powers of two) where those divide; a channel asks it at
+/// every hand-off to a parked task (`chan/waitq.rs`).
+#[inline]
+pub(crate) fn compacted_slot_of(addr: usize) -> Option<(usize, usize)> {
+    // Acquire: pairs with the Release store in `reserve`.
+    let count = REGION_COUNT.load(Ordering::Acquire);
+    let entry = REGIONS[..count].iter().find(|entry| {
+        let start = entry.start.load(Ordering::Relaxed);
+        addr >= start && addr < start + entry.len.load(Ordering::Relaxed)
+    })?;
+    let table = entry.table.load(Ordering::Relaxed);
+    if table.is_null() {
+        return None;
+    }
+    let start = entry.start.load(Ordering::Relaxed);
+    let size = entry.slot_size.load(Ordering::Relaxed);
+    debug_assert!(size.is_power_of_two());
+    let index = (addr - start) >> size.trailing_zeros();
+    // SAFETY: invariant 3: the table has one entry per slot of the region and is never freed.
+    let image = unsafe { &*table.add(index) }.load(Ordering::Relaxed);
+    (!image.is_null()).then_some((start + (index << size.trailing_zeros()), size))
+}
+
 /// Every stack region reserved so far, as (start, length, slot size): for `weft::metrics`,
 /// which matches them against `/proc/self/smaps` to measure committed stack memory.
 #[allow(dead_code)] // used by `weft::metrics`
