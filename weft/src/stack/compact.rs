@@ -55,8 +55,12 @@
 //! 4. A COMPACTED slot is restored — guard reinstalled (unless invariant 8 holds), image
 //!    filled in with `UFFDIO_COPY`
 //!    (atomic: a thread touching the page waits until it is full), entry nulled — under its
-//!    lock, by whichever comes first: its worker before resuming the task, or the fault
-//!    thread serving any access. The task runs only after its worker saw RESIDENT.
+//!    lock, by whichever comes first: its worker before resuming the task, the fault
+//!    thread serving any access, or a thread about to touch the slot on purpose
+//!    ([`restore_if_compacted`]: a channel handing a value to the parked task). The task runs
+//!    only after its worker saw RESIDENT. A restore also fills zeros below the image, down to
+//!    the depth the slot had when compacted ([`RESTORE_DEPTH_MAX`]): pages that were missing
+//!    and hold nothing (invariant 1).
 //! 5. A missing page of a RESIDENT slot holds nothing (never touched, or released below the
 //!    stack pointer): the fault thread fills it and a few below it with zeros (stack growth).
 //! 6. Nobody allocates or touches a registered page while holding a slot lock (a thread
