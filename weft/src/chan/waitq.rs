@@ -93,7 +93,9 @@ impl<T> WaitQueue<T> {
             return None;
         }
         // The entry is usually on its parked owner's stack, which may be compacted: restore
-        // it here rather than through a fault on the first touch below.
+        // it here rather than through a fault on the first touch below. (Loom models have
+        // no stacks of weft's.)
+        #[cfg(not(loom))]
         crate::stack::restore_if_compacted(entry as usize);
         // SAFETY: queued, so alive (invariant 3); `&mut self` holds the lock (invariant 1).
         let links = unsafe { links_of(entry) };
