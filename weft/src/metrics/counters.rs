@@ -224,6 +224,16 @@ pub(crate) const SITE_SLOTS: usize = 1024;
 /// Entries a start looks at before it counts itself as overflow.
 const SITE_PROBES: usize = 16;
 
+/// The home entry of a spawn site, by the address `site` of its `Location`, in a table of
+/// `entries` entries (a power of two): locations are statics, 8-aligned, so the low bits are
+/// dropped and the rest mixed (Fibonacci hashing).
+#[inline]
+pub(crate) fn site_index(site: usize, entries: usize) -> usize {
+    debug_assert!(entries.is_power_of_two());
+    ((site >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as usize))
+        >> (usize::BITS - entries.trailing_zeros())
+}
+
 /// Tasks started per spawn site on one worker: an open-addressed table that only its worker
 /// writes (invariants 1–2), so counting a start is a hash, a probe and a store.
 pub(crate) struct SiteCounts {
@@ -258,9 +268,7 @@ impl SiteCounts {
     pub(crate) fn count(&self, site: &'static Location<'static>) -> u64 {
         let key: *const Location<'static> = site;
         let key = key.cast_mut();
-        // Locations are statics, 8-aligned: drop the low bits, mix the rest (Fibonacci).
-        let hash = ((key as usize >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as usize))
-            >> (usize::BITS - SITE_SLOTS.trailing_zeros());
+        let hash = site_index(key as usize, SITE_SLOTS);
         for probe in 0..SITE_PROBES {
             let i = (hash + probe) & (SITE_SLOTS - 1);
             let current = self.keys[i].load(Ordering::Relaxed);

@@ -53,11 +53,11 @@ use corosensei::CoroutineResult;
 use crossbeam_deque::Steal;
 
 use super::runtime::{Handle, Remote, Shared};
-use super::stats::Sampler;
+use super::stats::{PrefillDepths, Sampler};
 use crate::debug::{trace, ParkSite};
 use crate::metrics::counters;
 use crate::park::ParkReason;
-use crate::stack::{self, LocalSlots, PrefillDepths, SizeClass, Slot};
+use crate::stack::{self, LocalSlots, SizeClass, Slot};
 use crate::task::{interrupt, Cancelled, Header, RunState, Suspend, Task, TaskCoroutine};
 
 /// How long an idle worker keeps looking for work before it sleeps.

@@ -868,7 +868,7 @@ pub(crate) fn restore_if_compacted(addr: usize) {
 
 #[inline(never)]
 fn restore_if_compacted_slot(addr: usize) {
-    if let Some((slot, size)) = region::compacted_slot_of(addr) {
+    if let Some((slot, size, _)) = region::compacted_slot_of(addr) {
         restore(slot, size);
     }
 }
@@ -929,17 +929,16 @@ pub(crate) fn serve_fault(addr: usize, write_protected: bool, tid: u32, scratch:
     }
 }
 
-/// Fills the top `pages` pages (1 to [`SCRATCH_PAGES`]) of fresh slots in registered
-/// regions with zeros, so that a task's first frames do not fault through the fault thread
-/// (≈5–60 µs a trip here; one `UFFDIO_COPY` costs the same ≈1 µs as the kernel's first
-/// touch, and ≈0.5 µs more a page). The caller says how deep (`stack::PrefillDepths`: from
-/// the last compacted tasks of the same spawn site, at most [`PREFILL_PAGES_MAX`]), else one
-/// page. Filling four
-/// pages for every task instead took 16 KiB and four page allocations for every idle task
-/// and doubled the time to start a million sleepers; without a depth to go by, a deeper
-/// task's first growth fault fills [`GROW_PAGES`].
-pub(crate) fn prefill(starts: &[usize], size: usize, pages: usize) {
-    if starts.is_empty() || !register_regions() {
+/// Fills the top `pages` pages (1 to [`PREFILL_PAGES_MAX`], never the guard page) of a fresh
+/// slot in a registered region with zeros, so that a task's first frames do not fault
+/// through the fault thread (≈5–60 µs a trip here; one `UFFDIO_COPY` costs the same ≈1 µs as
+/// the kernel's first touch, and ≈0.5 µs more a page). The caller says how deep: from the
+/// last compacted tasks of the same spawn site (`sched/stats.rs`, `PrefillDepths`), else one
+/// page. Filling four pages for every task instead took 16 KiB and four page allocations for
+/// every idle task and doubled the time to start a million sleepers; without a depth to go
+/// by, a deeper task's first growth fault fills [`GROW_PAGES`].
+pub(crate) fn prefill(slot: usize, size: usize, pages: usize) {
+    if !register_regions() || !region::registered(slot) {
         return;
     }
     let page = region::page_size();
@@ -948,19 +947,14 @@ pub(crate) fn prefill(starts: &[usize], size: usize, pages: usize) {
     WORKER_SCRATCH.with(|scratch| {
         let mut scratch = scratch.borrow_mut();
         let scratch = scratch.get_or_insert_with(Scratch::new);
-        for &slot in starts {
-            if region::registered(slot) {
-                let top = slot + size;
-                let mut at = top - pages * page;
-                while at < top {
-                    let n = (top - at).min(SCRATCH_PAGES * page);
-                    // SAFETY: the slot is in a pool (RESIDENT, invariant 7) and holds nothing,
-                    // and `[at, at + n)` is in it above its guard page; `fill` leaves a present
-                    // page alone.
-                    unsafe { uffd::fill(at, scratch.zeros, n) };
-                    at += n;
-                }
-            }
+        let top = slot + size;
+        let mut at = top - pages * page;
+        while at < top {
+            let n = (top - at).min(SCRATCH_PAGES * page);
+            // SAFETY: the slot is in a pool (RESIDENT, invariant 7) and holds nothing, and
+            // `[at, at + n)` is in it above its guard page; `fill` leaves a present page alone.
+            unsafe { uffd::fill(at, scratch.zeros, n) };
+            at += n;
         }
     });
 }
@@ -999,14 +993,7 @@ impl ParkedStack {
         if self.flags.get() & COMPACTED == 0 {
             return;
         }
-        let Some((slot, _)) = region::slot_of(self.sp.get()) else {
-            return;
-        };
-        let Some(entry) = region::table_entry(slot) else {
-            return;
-        };
-        let image = entry.load(Ordering::Relaxed);
-        if !image.is_null() {
+        if let Some((_, _, image)) = region::compacted_slot_of(self.sp.get()) {
             for offset in (0..PREFETCH_BYTES).step_by(64) {
                 prefetch_line(image.wrapping_add(offset));
             }

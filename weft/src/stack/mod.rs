@@ -83,7 +83,7 @@ pub(crate) use region::regions;
 
 pub(crate) use compact::{
     calibrate, copy_stack_bytes, restore_if_compacted, switch_out, LiveStack, ParkedStack,
-    ParkedStacks,
+    ParkedStacks, PREFILL_PAGES_MAX,
 };
 
 pub(crate) use overflow::{context_pc_sp, install_handler, set_running, AltStack, DescribeTask};
@@ -184,14 +184,15 @@ impl Slot {
         self.start
     }
 
-    /// Before its task first runs, on the worker that runs it: fills the top `pages()` pages
-    /// (at least one; asked only of a fresh slot) of a fresh slot in a region registered with userfaultfd, so that the
-    /// task's first frames do not fault through the fault thread (compact.rs, "Stack growth
-    /// in a registered region"). Done here and not when the slot is taken: a burst of spawns
-    /// takes slots long before their tasks run, and the region may be registered meanwhile.
+    /// Before its task first runs, on the worker that runs it: fills the top pages of a fresh
+    /// slot in a region registered with userfaultfd, as many as `pages()` says (asked only
+    /// then; at least one), so that the task's first frames do not fault through the fault
+    /// thread (compact.rs, "Stack growth in a registered region"). Done here and not when the
+    /// slot is taken: a burst of spawns takes slots long before their tasks run, and the
+    /// region may be registered meanwhile.
     pub(crate) fn prepare(&mut self, pages: impl FnOnce() -> usize) {
         if std::mem::take(&mut self.fresh) {
-            compact::prefill(&[self.start], self.size(), pages());
+            compact::prefill(self.start, self.size(), pages());
         }
     }
 }
@@ -478,60 +479,6 @@ pub(crate) fn release_emptied_images(sleep: Option<Duration>) {
     image::release_emptied_before_sleep(sleep);
 }
 
-/// How deep a worker prefills a fresh slot for a task of a given kind (its spawn site, as a
-/// key): the shallower of the depths in pages that the last two compactions of tasks of that
-/// kind found resident, so that in a burst of tasks that each run 64 KiB deep the first
-/// growth faults are not a few trips to the fault thread each (measured: 100K such tasks
-/// spawned until parked took 6.2–6.6 s, three trips a task). The shallower of two, not the
-/// last: one task that once ran deep (say 250 KiB, in its setup) must not make every fresh
-/// slot of a burst of shallow ones take 250 KiB. Touched by its worker only. A direct-mapped
-/// table: two kinds that share an entry take turns, and a miss prefills one page, as
-/// without it.
-#[derive(Debug)]
-pub(crate) struct PrefillDepths {
-    /// (key, last depth, the one before it; 0: none yet).
-    entries: Box<[(usize, u8, u8)]>,
-}
-
-/// Entries of a [`PrefillDepths`] (a power of two).
-const PREFILL_ENTRIES: usize = 256;
-
-impl Default for PrefillDepths {
-    fn default() -> PrefillDepths {
-        PrefillDepths {
-            entries: vec![(0, 0, 0); PREFILL_ENTRIES].into_boxed_slice(),
-        }
-    }
-}
-
-impl PrefillDepths {
-    fn index(key: usize) -> usize {
-        // Keys are addresses of statics, 8-aligned: drop the low bits, mix the rest.
-        ((key >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as usize))
-            >> (usize::BITS - PREFILL_ENTRIES.trailing_zeros())
-    }
-
-    /// Pages to prefill for a fresh slot of a task of kind `key`: 1 until two depths are
-    /// known.
-    pub(crate) fn pages(&self, key: usize) -> usize {
-        match self.entries[Self::index(key)] {
-            (k, last, before) if k == key && key != 0 && before != 0 => last.min(before) as usize,
-            _ => 1,
-        }
-    }
-
-    /// A compaction found a task of kind `key` `pages` deep.
-    pub(crate) fn observe(&mut self, key: usize, pages: usize) {
-        let pages = pages.clamp(1, compact::PREFILL_PAGES_MAX) as u8;
-        let entry = &mut self.entries[Self::index(key)];
-        *entry = if entry.0 == key {
-            (key, pages, entry.1)
-        } else {
-            (key, pages, 0)
-        };
-    }
-}
-
 /// A worker's own last-in-first-out cache of warm slots, touched by that worker only.
 #[derive(Default)]
 pub(crate) struct LocalSlots {
@@ -571,29 +518,6 @@ impl LocalSlots {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn prefill_depths_take_the_shallower_of_the_last_two_depths_of_each_kind() {
-        static A: u64 = 0;
-        static B: u64 = 0;
-        let (a, b) = (&A as *const u64 as usize, &B as *const u64 as usize);
-        let mut depths = PrefillDepths::default();
-        assert_eq!(depths.pages(a), 1, "an unknown kind gets one page");
-        depths.observe(a, 10);
-        assert_eq!(depths.pages(a), 1, "one depth is not enough to go by");
-        depths.observe(a, 10);
-        assert_eq!((depths.pages(a), depths.pages(b)), (10, 1));
-        depths.observe(a, 60);
-        assert_eq!(depths.pages(a), 10, "one deep task does not deepen it");
-        depths.observe(a, 3);
-        assert_eq!(depths.pages(a), 3, "one shallow one makes it shallow");
-        depths.observe(b, 1000);
-        depths.observe(b, 1000);
-        assert_eq!(depths.pages(b), compact::PREFILL_PAGES_MAX);
-        depths.observe(b, 0);
-        assert_eq!(depths.pages(b), 1);
-        assert_eq!(depths.pages(0), 1);
-    }
 
     #[test]
     fn size_classes_round_up_to_powers_of_two() {

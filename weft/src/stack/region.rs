@@ -30,7 +30,7 @@
 //! guarded slots stay one mapping.
 
 use std::io;
-use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 /// `madvise` advice that installs guard markers (Linux 6.13+); not yet in every libc release.
@@ -239,30 +239,22 @@ fn region_of(addr: usize) -> Option<(usize, usize, *mut AtomicPtr<u8>)> {
     })
 }
 
-/// The slot holding `addr`, as (start, size), if it lies in a stack region and that slot is
-/// compacted now (its table entry holds an image; a hint, read without the slot's lock).
-/// Cheaper than [`slot_of`] then [`table_entry`]: one pass over the regions, and a shift for
-/// the slot's index (slot sizes are powers of two) where those divide; a channel asks it at
-/// every hand-off to a parked task (`chan/waitq.rs`).
+/// The slot holding `addr`, as (start, size, image), if it lies in a stack region and that
+/// slot is compacted now (its table entry holds an image; a hint, read without the slot's
+/// lock). Cheaper than [`slot_of`] then [`table_entry`]: one pass over the regions, and a
+/// shift for the slot's index (slot sizes are powers of two) where those divide; a channel
+/// asks it at every hand-off to a parked task (`chan/waitq.rs`), a timer at every wake.
 #[inline]
-pub(crate) fn compacted_slot_of(addr: usize) -> Option<(usize, usize)> {
-    // Acquire: pairs with the Release store in `reserve`.
-    let count = REGION_COUNT.load(Ordering::Acquire);
-    let entry = REGIONS[..count].iter().find(|entry| {
-        let start = entry.start.load(Ordering::Relaxed);
-        addr >= start && addr < start + entry.len.load(Ordering::Relaxed)
-    })?;
-    let table = entry.table.load(Ordering::Relaxed);
+pub(crate) fn compacted_slot_of(addr: usize) -> Option<(usize, usize, *mut u8)> {
+    let (start, size, table) = region_of(addr)?;
     if table.is_null() {
         return None;
     }
-    let start = entry.start.load(Ordering::Relaxed);
-    let size = entry.slot_size.load(Ordering::Relaxed);
     debug_assert!(size.is_power_of_two());
     let index = (addr - start) >> size.trailing_zeros();
     // SAFETY: invariant 3: the table has one entry per slot of the region and is never freed.
     let image = unsafe { &*table.add(index) }.load(Ordering::Relaxed);
-    (!image.is_null()).then_some((start + (index << size.trailing_zeros()), size))
+    (!image.is_null()).then_some((start + (index << size.trailing_zeros()), size, image))
 }
 
 /// Every stack region reserved so far, as (start, length, slot size): for `weft::metrics`,
@@ -362,24 +354,34 @@ pub(crate) fn probe_registration() -> bool {
 /// `madvise` over a run of slots walks every page-table entry of the run (64 a default slot),
 /// one indirect call each, which was a tenth of a million-task compaction's CPU.
 pub(crate) fn remove_guards(starts: &[usize]) -> bool {
-    let page = page_size();
+    // SAFETY: the first pages of slots whose tasks are suspended and locked (compact.rs
+    // invariant 3); removing a marker only makes the page fault like a missing one.
+    let rest = unsafe { advise_first_pages(starts, MADV_GUARD_REMOVE) };
+    rest.iter().all(|&slot| {
+        // SAFETY: as above.
+        unsafe { libc::madvise(slot as *mut libc::c_void, page_size(), MADV_GUARD_REMOVE) == 0 }
+    })
+}
+
+/// Gives `advice` to the first page of each slot at `starts`, [`MADVISE_BATCH`] slots per
+/// `process_madvise` call; returns the slots it could not advise that way (all of them where
+/// the kernel has no `process_madvise`), for the caller to advise one by one.
+///
+/// # Safety
+/// The advice must be harmless to each of those pages.
+unsafe fn advise_first_pages(starts: &[usize], advice: libc::c_int) -> &[usize] {
     let mut rest = starts;
     if let Some(pidfd) = self_pidfd() {
         while !rest.is_empty() {
             let n = rest.len().min(MADVISE_BATCH);
-            // SAFETY: the first pages of slots whose tasks are suspended and locked
-            // (compact.rs invariant 3); removing a marker only makes the page fault like a
-            // missing one.
-            if unsafe { process_madvise(pidfd, &rest[..n], 0, page, MADV_GUARD_REMOVE) }.is_err() {
+            // SAFETY: the caller's contract.
+            if unsafe { process_madvise(pidfd, &rest[..n], 0, page_size(), advice) }.is_err() {
                 break;
             }
             rest = &rest[n..];
         }
     }
-    rest.iter().all(|&slot| {
-        // SAFETY: as above.
-        unsafe { libc::madvise(slot as *mut libc::c_void, page, MADV_GUARD_REMOVE) == 0 }
-    })
+    rest
 }
 
 /// Which pages of `[start, start + len)` are resident, one byte per page (bit 0); false on
@@ -637,23 +639,13 @@ pub(crate) fn install_guards(starts: &[usize]) -> io::Result<()> {
     if starts.is_empty() {
         return Ok(());
     }
-    let page = page_size();
-    let mut rest = starts;
-    if GUARD_MODE.load(Ordering::Relaxed) == GUARD_MADVISE {
-        if let Some(pidfd) = self_pidfd() {
-            while !rest.is_empty() {
-                let n = rest.len().min(MADVISE_BATCH);
-                // SAFETY: every address is the first page of a slot inside a region this module
-                // mapped, and no task runs on those slots yet (invariant 2).
-                if unsafe { process_madvise(pidfd, &rest[..n], 0, page, MADV_GUARD_INSTALL) }
-                    .is_err()
-                {
-                    break;
-                }
-                rest = &rest[n..];
-            }
-        }
-    }
+    let rest = if GUARD_MODE.load(Ordering::Relaxed) == GUARD_MADVISE {
+        // SAFETY: every address is the first page of a slot inside a region this module
+        // mapped, and no task runs on those slots yet (invariant 2).
+        unsafe { advise_first_pages(starts, MADV_GUARD_INSTALL) }
+    } else {
+        starts
+    };
     for &addr in rest {
         install_guard(addr)?;
     }
@@ -714,13 +706,36 @@ fn map_count_error() -> io::Error {
 }
 
 /// A pidfd for this process, for `process_madvise`; `None` where the kernel has none.
+///
+/// Opened per process: a forked child inherits the parent's pidfd, through which its advice
+/// would go to the parent's pages (the kernel refuses the destructive advice to another
+/// process, so the child's calls would fail and fall back, but nothing here should name the
+/// parent). The pid is checked at each call, a system call per batch; the child leaves the
+/// inherited descriptor open (its number may have been reused by the child since).
 fn self_pidfd() -> Option<libc::c_int> {
-    static PIDFD: OnceLock<Option<libc::c_int>> = OnceLock::new();
-    *PIDFD.get_or_init(|| {
-        // SAFETY: pidfd_open on our own pid has no memory effects.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
-        (fd >= 0).then_some(fd as libc::c_int)
-    })
+    /// (pid, pidfd or -1 for none), packed; 0 before the first call.
+    static PIDFD: AtomicU64 = AtomicU64::new(0);
+    // SAFETY: getpid has no memory effects.
+    let pid = unsafe { libc::getpid() } as u32;
+    let packed = PIDFD.load(Ordering::Relaxed);
+    if packed != 0 && (packed >> 32) as u32 == pid {
+        let fd = packed as u32 as i32;
+        return (fd >= 0).then_some(fd);
+    }
+    // SAFETY: pidfd_open on our own pid has no memory effects.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    let fd = if fd >= 0 { fd as i32 } else { -1 };
+    let mine = (u64::from(pid) << 32) | u64::from(fd as u32);
+    if let Err(other) = PIDFD.compare_exchange(packed, mine, Ordering::Relaxed, Ordering::Relaxed) {
+        // Another thread of this process opened one first: use it, close ours.
+        if fd >= 0 {
+            // SAFETY: ours, never handed out.
+            unsafe { libc::close(fd) };
+        }
+        let theirs = other as u32 as i32;
+        return ((other >> 32) as u32 == pid && theirs >= 0).then_some(theirs);
+    }
+    (fd >= 0).then_some(fd)
 }
 
 /// Ranges per `process_madvise(2)` call (the kernel's `UIO_MAXIOV`).
