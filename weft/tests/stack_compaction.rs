@@ -808,3 +808,113 @@ fn a_forked_child_guards_slots_the_registration_guarded() {
         "the child read its guard page: {stdout}\n{stderr}"
     );
 }
+
+/// The `/proc/self/pagemap` entry of the page holding `addr` (bit 63 present, bit 62 swapped).
+fn pagemap_entry(addr: usize) -> Option<u64> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::open("/proc/self/pagemap").ok()?;
+    let mut entry = [0u8; 8];
+    file.read_exact_at(&mut entry, (addr / 4096 * 8) as u64)
+        .ok()?;
+    Some(u64::from_ne_bytes(entry))
+}
+
+/// Memory pressure swaps a parked task's stack page out before the task is compacted: the
+/// compaction must copy the swapped page (its pte is not empty, though `mincore` calls it
+/// not resident), not take it for a never-touched one that reads as zeros (it did: every
+/// word lost). Reached only where swap is on and a swapped page leaves the swap cache at
+/// once (zswap or zram: `swapon` a file and `echo Y > /sys/module/zswap/parameters/enabled`);
+/// elsewhere it says so and checks only that the stack survived.
+#[test]
+fn a_stack_page_swapped_out_before_compaction_keeps_its_bytes() {
+    const PAGEOUT: i32 = 21; // MADV_PAGEOUT
+    let done = watchdog("swapped stack", 30);
+    let compact_after = Duration::from_millis(300);
+    let rt = weft::Runtime::builder()
+        .workers(1)
+        .stack_policy(StackPolicy::after(compact_after, compact_after))
+        .build()
+        .unwrap();
+    if !compaction_available() {
+        return;
+    }
+    // Off the task's stack, so that the helper thread touches nothing of it but the pageout.
+    let woken = Arc::new(AtomicBool::new(false));
+    const NOT_SWAPPED: usize = 1;
+    const IN_SWAP_CACHE: usize = 2;
+    const SWAPPED_OUT: usize = 3;
+    let swapped = Arc::new(AtomicUsize::new(0));
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel::<(usize, usize)>();
+    let (flag, verdict) = (woken.clone(), swapped.clone());
+    let task = rt.spawn(move || {
+        let mut pattern = [0u64; 768]; // 6 KiB: two or three pages
+        for (i, word) in pattern.iter_mut().enumerate() {
+            *word = 0x5eed_0000_0000_0000 | i as u64;
+        }
+        let pattern = black_box(pattern);
+        let me = weft::task::current();
+        let start = pattern.as_ptr() as usize;
+        // SAFETY: no arguments.
+        let cpu = unsafe { libc::sched_getcpu() };
+        addr_tx
+            .send((start, start + size_of_val(&pattern)))
+            .unwrap();
+        let helper = std::thread::spawn(move || {
+            let (start, end) = addr_rx.recv().unwrap();
+            // A page faulted in a moment ago waits in its CPU's batch before it joins the
+            // LRU lists, where no pageout finds it; a pageout drains its own CPU's batch.
+            if cpu >= 0 {
+                // SAFETY: a zeroed set with one CPU added, for this thread.
+                unsafe {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(cpu as usize, &mut set);
+                    libc::sched_setaffinity(0, size_of_val(&set), &set);
+                }
+            }
+            // The task parks right after sending; the compaction comes 300 ms later.
+            std::thread::sleep(Duration::from_millis(50));
+            let first = start / 4096 * 4096;
+            // SAFETY: a hint about pages of this process; their contents are kept.
+            let rc = unsafe { libc::madvise(first as *mut libc::c_void, end - first, PAGEOUT) };
+            let pages = || (first..end).step_by(4096);
+            let all_swapped =
+                rc == 0 && pages().all(|p| pagemap_entry(p).is_some_and(|e| e & (1 << 62) != 0));
+            let verdict_now = match (all_swapped, pages().any(resident)) {
+                (true, false) => SWAPPED_OUT,
+                (true, true) => IN_SWAP_CACHE,
+                (false, _) => NOT_SWAPPED,
+            };
+            verdict.store(verdict_now, Ordering::Release);
+            let before = weft::stack::counters().compactions;
+            let start = Instant::now();
+            while weft::stack::counters().compactions == before
+                && start.elapsed() < Duration::from_secs(5)
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            flag.store(true, Ordering::Release);
+            me.unpark();
+        });
+        while !woken.load(Ordering::Acquire) {
+            weft::task::park();
+        }
+        helper.join().unwrap();
+        let pattern = black_box(pattern);
+        pattern
+            .iter()
+            .enumerate()
+            .filter(|&(i, &word)| word != 0x5eed_0000_0000_0000 | i as u64)
+            .count()
+    });
+    let wrong_words = task.join().unwrap();
+    match swapped.load(Ordering::Acquire) {
+        SWAPPED_OUT => {}
+        IN_SWAP_CACHE => eprintln!(
+            "not reached: the page stayed in the swap cache (a swap device without zswap), \
+             where mincore still calls it resident"
+        ),
+        _ => eprintln!("skipped: MADV_PAGEOUT swapped nothing out (no swap here)"),
+    }
+    assert_eq!(wrong_words, 0, "words of the swapped-out stack lost");
+    done.store(true, Ordering::Relaxed);
+}

@@ -46,8 +46,9 @@
 //!    write-protects the run with userfaultfd — after the ioctl returns no thread can write a
 //!    present page of the run without faulting (the TLB shootdown is part of the ioctl), and
 //!    a fault waits for the fault thread, which waits for the locks; (c) copies each task's
-//!    live bytes into its image (a missing page, told by `mincore`, reads as zeros, as it
-//!    would on first touch); (d) publishes the images; (e) releases every page of the run
+//!    live bytes into its image (a page with no page-table entry, told by `mincore` and, for
+//!    the pages it calls not resident, `/proc/self/pagemap`, reads as zeros, as it would on
+//!    first touch; a swapped-out page is read back by the kernel's own fault); (d) publishes the images; (e) releases every page of the run
 //!    with one `MADV_DONTNEED`. No write is lost: a write before (b) is in the page that (c)
 //!    copies; a write after (b) waits and, once (e) and the unlock are done, finds the slot
 //!    COMPACTED, which the fault thread restores before waking it. Reads see the page or,
@@ -63,8 +64,9 @@
 //!    and hold nothing (invariant 1).
 //! 5. A missing page of a RESIDENT slot holds nothing (never touched, or released below the
 //!    stack pointer): the fault thread fills it and a few below it with zeros (stack growth).
-//! 6. Nobody allocates or touches a registered page while holding a slot lock (a thread
-//!    holding the allocator's lock may be the one waiting on a fault in that slot's shard).
+//! 6. Nobody allocates or touches a registered page without an entry while holding a slot
+//!    lock (a thread holding the allocator's lock may be the one waiting on a fault in that
+//!    slot's shard); a present or swapped-out page faults, if at all, only in the kernel.
 //! 7. A slot in a pool is RESIDENT: a task's slot is restored before the task can run, and a
 //!    task returns to a pool only by running to its end.
 //! 8. Where fault messages name the faulting thread (`UFFD_FEATURE_THREAD_ID`), a touch of
@@ -1250,6 +1252,35 @@ fn compact_all(candidates: &mut [Candidate<'_>], mut observe: impl FnMut(usize, 
     }
 }
 
+/// Marks in `resident` (one byte per page from `start`, as `mincore` fills it) the pages of
+/// the runs' live bytes that `mincore` calls not resident but that are swapped out, whose
+/// bytes 3c must copy, not take for zeros: a page swapped out under memory pressure has
+/// left the swap cache, which `mincore` looks in, at once with zswap or zram. Only such pages
+/// are looked up in pagemap, a `pread` each: a live page is otherwise resident (the task
+/// ran there). False where pagemap cannot be read: the run is then not compacted.
+fn swapped_live_pages_marked(
+    run: &[Candidate<'_>],
+    start: usize,
+    size: usize,
+    resident: &mut [u8],
+) -> bool {
+    let page = region::page_size();
+    for c in run {
+        let top = c.slot + size;
+        for at in (c.lo / page * page..top).step_by(page) {
+            let bit = &mut resident[(at - start) / page];
+            if *bit & 1 == 0 {
+                match region::page_has_entry(at) {
+                    Some(true) => *bit |= 1,
+                    Some(false) => {}
+                    None => return false,
+                }
+            }
+        }
+    }
+    true
+}
+
 /// Compacts a run of consecutive slots (invariant 3).
 fn compact_run(run: &[Candidate<'_>], observe: &mut impl FnMut(usize, usize)) {
     let page = region::page_size();
@@ -1277,7 +1308,9 @@ fn compact_run(run: &[Candidate<'_>], observe: &mut impl FnMut(usize, usize)) {
     // (region.rs invariant 2).
     let marked = starts.partition_point(|&s| region::may_have_marker(s));
     let ok = region::remove_guards(&starts[..marked]) && uffd::write_protect(start, len, true);
-    let ok = ok && region::resident_pages(start, len, &mut resident);
+    let ok = ok
+        && region::resident_pages(start, len, &mut resident)
+        && swapped_live_pages_marked(run, start, size, &mut resident);
     if !ok {
         uffd::write_protect(start, len, false);
         region::install_guards(&starts[..marked]).ok();
@@ -1296,15 +1329,16 @@ fn compact_run(run: &[Candidate<'_>], observe: &mut impl FnMut(usize, usize)) {
         let top = c.slot + size;
         // SAFETY: allocated above for this candidate.
         let (n, bytes) = unsafe { image_parts(image) };
-        // 3c: page by page; a missing page reads as zeros.
+        // 3c: page by page; a page without an entry reads as zeros.
         let mut at = c.lo;
         while at < top {
             let page_end = (at / page + 1) * page;
             let to = page_end.min(top);
             let offset = at - c.lo;
-            // SAFETY: `[at, to)` is in the slot; the page is present per `mincore` (and
-            // stays so: the slot is locked and write-protected, invariant 3), or we write
-            // zeros; the image holds `n` bytes from `c.lo`.
+            // SAFETY: `[at, to)` is in the slot; the page has an entry per `mincore` and
+            // pagemap, present or swapped out (and keeps one: the slot is locked and
+            // write-protected, invariant 3; a swap-in is the kernel's own fault), or it has
+            // none and we write zeros; the image holds `n` bytes from `c.lo`.
             unsafe {
                 if resident[(at - start) / page] & 1 != 0 {
                     copy_stack_bytes(bytes.add(offset), at, to - at);

@@ -710,23 +710,45 @@ fn map_count_error() -> io::Error {
 /// Opened per process: a forked child inherits the parent's pidfd, through which its advice
 /// would go to the parent's pages (the kernel refuses the destructive advice to another
 /// process, so the child's calls would fail and fall back, but nothing here should name the
-/// parent). The pid is checked at each call, a system call per batch; the child leaves the
-/// inherited descriptor open (its number may have been reused by the child since).
+/// parent); see [`per_process_fd`].
 fn self_pidfd() -> Option<libc::c_int> {
-    /// (pid, pidfd or -1 for none), packed; 0 before the first call.
     static PIDFD: AtomicU64 = AtomicU64::new(0);
+    per_process_fd(&PIDFD, |pid| {
+        // SAFETY: pidfd_open on our own pid has no memory effects.
+        unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) as libc::c_int }
+    })
+}
+
+/// This process's `/proc/self/pagemap`, opened once per process (as [`self_pidfd`]: a
+/// forked child's inherited descriptor would read its parent's page tables).
+fn self_pagemap() -> Option<libc::c_int> {
+    static PAGEMAP: AtomicU64 = AtomicU64::new(0);
+    per_process_fd(&PAGEMAP, |_| {
+        // SAFETY: a NUL-terminated path; open has no memory effects.
+        unsafe {
+            libc::open(
+                c"/proc/self/pagemap".as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            )
+        }
+    })
+}
+
+/// A descriptor `open` made for this process, kept in `cell` as (pid, fd or -1 for none)
+/// packed, 0 before the first call. The pid is checked at each call, a system call; a forked
+/// child opens its own and leaves the inherited one open (its number may have been reused by
+/// the child since).
+fn per_process_fd(cell: &AtomicU64, open: impl FnOnce(u32) -> libc::c_int) -> Option<libc::c_int> {
     // SAFETY: getpid has no memory effects.
     let pid = unsafe { libc::getpid() } as u32;
-    let packed = PIDFD.load(Ordering::Relaxed);
+    let packed = cell.load(Ordering::Relaxed);
     if packed != 0 && (packed >> 32) as u32 == pid {
         let fd = packed as u32 as i32;
         return (fd >= 0).then_some(fd);
     }
-    // SAFETY: pidfd_open on our own pid has no memory effects.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    let fd = if fd >= 0 { fd as i32 } else { -1 };
+    let fd = open(pid).max(-1);
     let mine = (u64::from(pid) << 32) | u64::from(fd as u32);
-    if let Err(other) = PIDFD.compare_exchange(packed, mine, Ordering::Relaxed, Ordering::Relaxed) {
+    if let Err(other) = cell.compare_exchange(packed, mine, Ordering::Relaxed, Ordering::Relaxed) {
         // Another thread of this process opened one first: use it, close ours.
         if fd >= 0 {
             // SAFETY: ours, never handed out.
@@ -736,6 +758,23 @@ fn self_pidfd() -> Option<libc::c_int> {
         return ((other >> 32) as u32 == pid && theirs >= 0).then_some(theirs);
     }
     (fd >= 0).then_some(fd)
+}
+
+/// Whether the page holding `addr` has a page-table entry, from `/proc/self/pagemap`:
+/// present, or swapped out (`PM_SWAP`: its bytes are in swap, and a read brings them back
+/// through the kernel's own fault, never a userfault, which is only for empty entries).
+/// `mincore` cannot tell: it calls a swapped-out page not resident once the page has left
+/// the swap cache, at once with zswap or zram. `None` where pagemap cannot be read.
+pub(crate) fn page_has_entry(addr: usize) -> Option<bool> {
+    const PM_PRESENT: u64 = 1 << 63;
+    const PM_SWAP: u64 = 1 << 62;
+    let fd = self_pagemap()?;
+    let mut entry = 0u64;
+    let offset = (addr / page_size() * size_of::<u64>()) as libc::off_t;
+    // SAFETY: `entry` is 8 writable bytes, off any registered region (it is the caller's own
+    // stack, a worker's, never a task's), so the read cannot wait on a userfault.
+    let n = unsafe { libc::pread(fd, (&raw mut entry).cast(), size_of::<u64>(), offset) };
+    (n == size_of::<u64>() as isize).then_some(entry & (PM_PRESENT | PM_SWAP) != 0)
 }
 
 /// Ranges per `process_madvise(2)` call (the kernel's `UIO_MAXIOV`).
