@@ -44,8 +44,13 @@ impl Gate {
             self.open.store(true, Ordering::Release);
             std::mem::take(&mut *waiters)
         };
-        for task in waiters {
+        // A million wakes take a while: yield now and then, as the monitor advises any long
+        // loop, so that the tasks woken onto this worker run meanwhile.
+        for (i, task) in waiters.into_iter().enumerate() {
             task.unpark();
+            if i % 1024 == 1023 {
+                weft::yield_now();
+            }
         }
     }
 }

@@ -56,12 +56,17 @@ pub(crate) fn page_size() -> usize {
 }
 
 /// Resident bytes of the stack regions `[start, end)`, of which the ranges in `carved` hold
-/// slots (module doc).
-pub(crate) fn stack_resident_bytes(regions: &[(usize, usize)], carved: &[(usize, usize)]) -> u64 {
+/// slots (module doc). `between_walks` is called between two parts of the page-table walk,
+/// each a fraction of a millisecond (the caller may yield there).
+pub(crate) fn stack_resident_bytes(
+    regions: &[(usize, usize)],
+    carved: &[(usize, usize)],
+    between_walks: &mut dyn FnMut(),
+) -> u64 {
     if regions.is_empty() {
         return 0;
     }
-    if let Some(bytes) = pagemap_present_bytes(carved) {
+    if let Some(bytes) = pagemap_present_bytes(carved, between_walks) {
         return bytes;
     }
     if !Path::new("/proc/self/smaps").exists() {
@@ -125,7 +130,11 @@ const PAGE_IS_PFNZERO: u64 = 1 << 5;
 
 /// Bytes of present pages, not the zero page, in the page-aligned ranges, by
 /// `ioctl(PAGEMAP_SCAN)`; `None` where the kernel has no such ioctl (before 6.7).
-pub(crate) fn pagemap_present_bytes(ranges: &[(usize, usize)]) -> Option<u64> {
+/// `between_walks` is called before each ioctl but the first.
+pub(crate) fn pagemap_present_bytes(
+    ranges: &[(usize, usize)],
+    between_walks: &mut dyn FnMut(),
+) -> Option<u64> {
     use std::os::fd::AsRawFd;
     let file = fs::File::open("/proc/self/pagemap").ok()?;
     let mut runs = vec![
@@ -137,9 +146,13 @@ pub(crate) fn pagemap_present_bytes(ranges: &[(usize, usize)]) -> Option<u64> {
         4096
     ];
     let mut total = 0;
+    let mut first = true;
     for &(start, end) in ranges {
         let mut at = start as u64;
         while at < end as u64 {
+            if !std::mem::take(&mut first) {
+                between_walks();
+            }
             let mut arg = PmScanArg {
                 size: size_of::<PmScanArg>() as u64,
                 flags: 0,
@@ -323,7 +336,7 @@ Rss:                  64 kB
     #[test]
     fn pagemap_scan_counts_written_pages_and_not_the_zero_page() {
         let (start, end, written) = touched_mapping(4096, 3);
-        let Some(scanned) = pagemap_present_bytes(&[(start, end)]) else {
+        let Some(scanned) = pagemap_present_bytes(&[(start, end)], &mut || {}) else {
             eprintln!("no PAGEMAP_SCAN on this kernel: skipped");
             return;
         };
@@ -331,6 +344,21 @@ Rss:                  64 kB
         // smaps, the fallback, agrees (the mapping is ours alone: nothing merges with it
         // that is resident, or the outside part is subtracted).
         assert_eq!(stack_resident_bytes_by_smaps(&[(start, end)]), written);
+        // SAFETY: the mapping made by `touched_mapping`, no longer used.
+        unsafe { libc::munmap(start as *mut libc::c_void, end - start) };
+    }
+
+    #[test]
+    fn a_long_pagemap_scan_calls_back_between_its_walks() {
+        // 4,100 runs of one present page each: more than one scan's 4,096.
+        let (start, end, written) = touched_mapping(8200, 2);
+        let mut calls = 0;
+        let Some(scanned) = pagemap_present_bytes(&[(start, end)], &mut || calls += 1) else {
+            eprintln!("no PAGEMAP_SCAN on this kernel: skipped");
+            return;
+        };
+        assert_eq!(scanned, written);
+        assert!(calls >= 1, "no call between the walks");
         // SAFETY: the mapping made by `touched_mapping`, no longer used.
         unsafe { libc::munmap(start as *mut libc::c_void, end - start) };
     }

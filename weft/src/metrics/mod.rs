@@ -71,6 +71,8 @@ mod prometheus;
 pub use counters::{CompactionMode, ReclaimPolicy, SiteKey};
 pub use profile::{SiteProfile, StackProfile};
 
+use std::time::{Duration, Instant};
+
 use crate::sched::stats;
 use crate::stack;
 
@@ -173,11 +175,18 @@ impl Snapshot {
     }
 }
 
+/// How long a task taking a [`snapshot`] walks page tables before it yields.
+const WALK_SLICE: Duration = Duration::from_millis(1);
+
 /// Takes a [`Snapshot`]. It stops no worker: it sums their counters, locks each stack pool
 /// and the runtime registry for a moment, reads `/proc/self/status`, and has the kernel walk
 /// the page tables of the carved slots. That walk is the cost: ≈0.1 µs per 256 KiB slot
 /// carved (64 page-table entries), 100 ms for a million parked default tasks here, 0.2 ms for
 /// a thousand. Scrape it every few seconds, not per request.
+///
+/// Called by a task, it yields every millisecond of that walk (the only long part), so the
+/// other tasks of its worker run meanwhile; like [`crate::yield_now`], each yield is a point
+/// where a cancelled task unwinds.
 pub fn snapshot() -> Snapshot {
     let figures = stats::collect(false);
     let totals = figures.totals;
@@ -212,7 +221,17 @@ pub fn snapshot() -> Snapshot {
         .iter()
         .map(|r| (r.start, r.start + r.carved_bytes))
         .collect();
-    let committed = kernel::stack_resident_bytes(&spans, &carved);
+    // Taken by a task, the walk lets its worker's other tasks run every millisecond: at a
+    // million parked tasks it takes ≈100 ms, which would hold them all that long (and draw
+    // the monitor's "computing" report about the caller).
+    let mut walked_since = Instant::now();
+    let mut between_walks = || {
+        if walked_since.elapsed() >= WALK_SLICE {
+            crate::sched::suspend_current(crate::task::Suspend::Yield);
+            walked_since = Instant::now();
+        }
+    };
+    let committed = kernel::stack_resident_bytes(&spans, &carved, &mut between_walks);
     let status = kernel::status();
     let in_use = tasks.min(carved_slots);
     // The stack layer's own counters (stack/compact.rs) and the process's mode.

@@ -7,12 +7,12 @@
 //! Invariants:
 //! 1. The worker sets the count to [`COOP_BUDGET`] before each resume of a task
 //!    ([`reset`]), so a task that parked or yielded starts afresh.
-//! 2. Each spawn, and each channel, lock, semaphore or socket operation that may block, spends
-//!    one unit first
+//! 2. Each spawn, and each join, channel, lock, semaphore or socket operation that may block,
+//!    spends one unit first
 //!    ([`spend`]); the one that finds nothing left yields (to the back of its worker's ready
 //!    queue) before it starts, with no lock held, then proceeds.
 //!
-//! May call: `sched::worker` (to yield). Called by: `task` (spawn), `chan`, `sync`, `net`, `sched/worker.rs`.
+//! May call: `sched::worker` (to yield). Called by: `task` (spawn, join), `chan`, `sync`, `net`, `sched/worker.rs`.
 //!
 //! Why: measured, a chat hub fanning lines out to 2,000 clients over buffered channels never
 //! parked, and a 5 ms sleep on its worker woke 190–372 ms late; a pipeline of always-ready

@@ -214,8 +214,9 @@ impl<T: 'static> JoinHandle<T> {
     ///
     /// From a task this parks only the task; from a plain OS thread it blocks the thread.
     pub fn join(self) -> thread::Result<T> {
-        // A joiner cancelled while it waits unwinds out of `wait`: then `self` drops as usual
-        // and detaches, so the task drops its result itself (invariant 4).
+        crate::sched::coop::spend(); // sched/coop.rs invariant 2
+                                     // A joiner cancelled while it waits unwinds out of `wait`: then `self` drops as usual
+                                     // and detaches, so the task drops its result itself (invariant 4).
         let result = self.slot().wait(Waiter::current, || {
             crate::park::park_current(crate::park::ParkReason::Join)
         });
@@ -254,6 +255,7 @@ impl<T: 'static> JoinHandle<T> {
     /// # Errors
     /// The handle itself, when the deadline passed first.
     pub fn join_deadline(self, deadline: std::time::Instant) -> Result<thread::Result<T>, Self> {
+        crate::sched::coop::spend(); // sched/coop.rs invariant 2
         let park = || {
             if std::time::Instant::now() >= deadline {
                 return false;
