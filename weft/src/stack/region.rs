@@ -293,7 +293,8 @@ pub(crate) fn table_entry(slot: usize) -> Option<&'static AtomicPtr<u8>> {
 }
 
 /// Calls `f(slot, size, entry)` for every slot of every registered region whose table page
-/// is resident (the others are all null). For a forked child: no locks, no allocation.
+/// is in use ([`table_page_in_use`]; the others are all null). For a forked child: no locks,
+/// no allocation.
 pub(crate) fn for_each_table_entry(mut f: impl FnMut(usize, usize, &AtomicPtr<u8>)) {
     let count = REGION_COUNT.load(Ordering::Acquire);
     for entry in &REGIONS[..count] {
@@ -305,13 +306,9 @@ pub(crate) fn for_each_table_entry(mut f: impl FnMut(usize, usize, &AtomicPtr<u8
         let size = entry.slot_size.load(Ordering::Relaxed);
         let slots = entry.len.load(Ordering::Relaxed) / size;
         let per_page = page_size() / std::mem::size_of::<AtomicPtr<u8>>();
-        let mut resident = [0u8; 1];
         for first in (0..slots).step_by(per_page) {
-            // SAFETY: the table's pages; mincore only reads the page tables.
-            let page_addr = unsafe { table.add(first) } as *mut libc::c_void;
-            // SAFETY: one byte out for one page in.
-            let rc = unsafe { libc::mincore(page_addr, 1, resident.as_mut_ptr()) };
-            if rc != 0 || resident[0] & 1 == 0 {
+            // SAFETY: the table's pages.
+            if !table_page_in_use(unsafe { table.add(first) } as usize) {
                 continue;
             }
             for i in first..(first + per_page).min(slots) {
@@ -320,6 +317,19 @@ pub(crate) fn for_each_table_entry(mut f: impl FnMut(usize, usize, &AtomicPtr<u8
             }
         }
     }
+}
+
+/// Whether the compaction-table page at `page` may hold a non-null entry: it has a
+/// page-table entry, present or swapped out ([`page_has_entry`]; `mincore` alone would call
+/// a swapped-out page untouched), or pagemap cannot tell. A page without one was never
+/// written: all its entries are null. The table is not in a registered region, so reading a
+/// page this calls in use never waits on a userfault (an untouched one reads as zeros).
+/// The two walks of a forked child split the table by this one test.
+fn table_page_in_use(page: usize) -> bool {
+    let mut resident = 0u8;
+    // SAFETY: one byte out for one page in; mincore only reads the page tables.
+    let rc = unsafe { libc::mincore(page as *mut libc::c_void, 1, &mut resident) };
+    (rc == 0 && resident & 1 != 0) || page_has_entry(page) != Some(false)
 }
 
 /// Whether `madvise(MADV_GUARD_INSTALL)` works here: tried on a scratch mapping.
@@ -596,7 +606,7 @@ pub(crate) fn may_have_marker(slot: usize) -> bool {
 }
 
 /// Calls `f(slot)` for every slot carved without a guard marker (invariant 2) that
-/// [`for_each_table_entry`] does not visit (its table page is not resident: no task on it
+/// [`for_each_table_entry`] does not visit (its table page is not in use: no task on it
 /// was ever compacted or resumed), for a forked child, which has no registration to guard
 /// them: no locks, no allocation.
 pub(crate) fn for_each_unmarked_slot(mut f: impl FnMut(usize)) {
@@ -615,14 +625,9 @@ pub(crate) fn for_each_unmarked_slot(mut f: impl FnMut(usize)) {
         let last = (end - start) / size;
         while index < last {
             let page_end = ((index / per_page + 1) * per_page).min(last);
-            let mut resident = [0u8; 1];
-            // SAFETY: the table's page holding entry `index` (invariant 3); mincore only
-            // reads the page tables.
-            let rc = unsafe {
-                let page = table.add(index / per_page * per_page) as *mut libc::c_void;
-                libc::mincore(page, 1, resident.as_mut_ptr())
-            };
-            if rc != 0 || resident[0] & 1 == 0 {
+            // SAFETY: the table's page holding entry `index` (invariant 3).
+            let page = unsafe { table.add(index / per_page * per_page) } as usize;
+            if !table_page_in_use(page) {
                 for i in index..page_end {
                     f(start + i * size);
                 }
@@ -840,5 +845,34 @@ pub(crate) fn release_slots(starts: &[usize], size: usize) {
                 libc::MADV_DONTNEED,
             )
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_table_page_is_in_use_once_written_even_when_swapped_out() {
+        const PAGEOUT: libc::c_int = 21; // MADV_PAGEOUT
+        let page = page_size();
+        let base = map_anonymous(3 * page).expect("mmap") as usize;
+        assert!(!table_page_in_use(base), "a never-touched page");
+        // SAFETY: the mapping made above, ours alone.
+        unsafe { ((base + page) as *mut u64).write_volatile(1) };
+        assert!(table_page_in_use(base + page), "a written page");
+        // Swapped out where swap is on (else a no-op): still in use, though mincore would
+        // say it is not resident once it leaves the swap cache.
+        // SAFETY: a hint; the contents are kept.
+        unsafe { libc::madvise((base + page) as *mut libc::c_void, page, PAGEOUT) };
+        assert!(
+            table_page_in_use(base + page),
+            "a written page after a pageout"
+        );
+        assert_eq!(page_has_entry(base + 2 * page), Some(false));
+        // SAFETY: as above; the value came back from swap if it went there.
+        assert_eq!(unsafe { ((base + page) as *const u64).read_volatile() }, 1);
+        // SAFETY: the mapping made above, no longer used.
+        unsafe { libc::munmap(base as *mut libc::c_void, 3 * page) };
     }
 }
