@@ -400,7 +400,11 @@ fn fallback_child() {
 
 #[inline(never)]
 fn touch_64k(seed: u64) -> u8 {
-    let mut buf = [0u8; 64 << 10];
+    touch::<{ 64 << 10 }>(seed)
+}
+
+fn touch<const BYTES: usize>(seed: u64) -> u8 {
+    let mut buf = [0u8; BYTES];
     black_box(&mut buf);
     for i in (0..buf.len()).step_by(512) {
         buf[i] = (i as u64 ^ seed) as u8;
@@ -916,5 +920,206 @@ fn a_stack_page_swapped_out_before_compaction_keeps_its_bytes() {
         _ => eprintln!("skipped: MADV_PAGEOUT swapped nothing out (no swap here)"),
     }
     assert_eq!(wrong_words, 0, "words of the swapped-out stack lost");
+    done.store(true, Ordering::Relaxed);
+}
+
+const NO_MEMORY_CHILD: &str = "WEFT_TEST_NO_MEMORY_CGROUP";
+
+/// A memory cgroup (v1) for one test, removed on drop; `None` (with the reason) where this
+/// process cannot make one (not root, no v1 memory controller).
+struct MemoryCgroup(std::path::PathBuf);
+
+impl MemoryCgroup {
+    fn new(limit: u64) -> Result<MemoryCgroup, String> {
+        let root = std::path::Path::new("/sys/fs/cgroup/memory");
+        if !root.join("memory.limit_in_bytes").exists() {
+            return Err("no cgroup v1 memory controller at /sys/fs/cgroup/memory".into());
+        }
+        let dir = root.join(format!("weft-test-{}", std::process::id()));
+        std::fs::create_dir(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+        let group = MemoryCgroup(dir);
+        group.set("memory.limit_in_bytes", limit)?;
+        // With its OOM killer off, a charge the cgroup cannot make fails with ENOMEM in a
+        // system call (UFFDIO_COPY) instead of killing the process.
+        group.set("memory.oom_control", 1)?;
+        Ok(group)
+    }
+
+    fn set(&self, file: &str, value: u64) -> Result<(), String> {
+        std::fs::write(self.0.join(file), value.to_string())
+            .map_err(|e| format!("cannot write {file}: {e}"))
+    }
+}
+
+/// The number in the cgroup file `dir/file`.
+fn cgroup_number(dir: &std::path::Path, file: &str) -> u64 {
+    let text = std::fs::read_to_string(dir.join(file)).unwrap();
+    text.trim().parse().unwrap()
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// A compacted task woken while its memory cgroup is full waits for memory to be restored
+/// and then finds its stack intact. Before, the restore gave up on `UFFDIO_COPY`'s ENOMEM,
+/// the slot was marked restored with its page missing, and once memory came back the fault
+/// thread filled that page with zeros: the task jumped to address 0 (seen with 40,000 tasks,
+/// a local program; without the memory coming back, the fault thread spun instead).
+#[test]
+fn a_restore_in_a_full_memory_cgroup_waits_for_memory() {
+    if let Ok(procs) = std::env::var(NO_MEMORY_CHILD) {
+        no_memory_child(&procs);
+        return;
+    }
+    let _rt = eager_runtime(1); // the stack mode is settled by the first runtime
+    if !compaction_available() {
+        return;
+    }
+    let limit = 128 << 20;
+    let group = match MemoryCgroup::new(limit) {
+        Ok(group) => group,
+        Err(reason) => {
+            eprintln!("skipped: {reason}");
+            return;
+        }
+    };
+    let procs = group.0.join("cgroup.procs");
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_restore_in_a_full_memory_cgroup_waits_for_memory",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(NO_MEMORY_CHILD, &procs)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Memory comes back once the cgroup has refused charges for a while (weft's line saying
+    // that it waits cannot be read here: writing it into the pipe needs memory too).
+    let failures = || cgroup_number(&group.0, "memory.failcnt");
+    let mut child = child;
+    let child_stdout = child.stdout.take().unwrap();
+    let (woken_tx, woken_rx) = std::sync::mpsc::channel::<()>();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut text = String::new();
+        for line in std::io::BufReader::new(child_stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains("waking the compacted tasks") {
+                let _ = woken_tx.send(());
+            }
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let woken = woken_rx.recv_timeout(Duration::from_secs(30)).is_ok();
+    let before = failures();
+    let running = |child: &mut std::process::Child| child.try_wait().unwrap().is_none();
+    while woken && failures() == before && Instant::now() < deadline && running(&mut child) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let refused = woken && failures() > before;
+    std::thread::sleep(Duration::from_millis(300));
+    group.set("memory.limit_in_bytes", 4 * limit).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stdout = reader.join().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "child failed: {stdout}\n{stderr}");
+    assert!(stdout.contains("wrong stacks: 0 of"), "{stdout}\n{stderr}");
+    if refused {
+        eprintln!(
+            "{}",
+            stdout
+                .lines()
+                .filter(|l| l.contains("usage"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    } else {
+        eprintln!("not reached: the cgroup never ran short of memory\n{stdout}\n{stderr}");
+    }
+}
+
+fn no_memory_child(procs: &str) {
+    let done = watchdog("no memory", 60);
+    std::fs::write(procs, std::process::id().to_string()).expect("join the memory cgroup");
+    let cgroup = std::path::Path::new(procs).parent().unwrap().to_owned();
+    let read = |file: &str| cgroup_number(&cgroup, file);
+    let rt = eager_runtime(1);
+    // Each was 16 KiB deep when compacted, so its restore fills 16 KiB (compact.rs invariant
+    // 4) from an image of a page or less: 80 MB in all.
+    const TASKS: u64 = 5_000;
+    let go = Arc::new(AtomicBool::new(false));
+    let parked = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|id| {
+            let (go, parked) = (go.clone(), parked.clone());
+            rt.spawn(move || {
+                black_box(touch::<{ 16 << 10 }>(id));
+                let local = [id; 32];
+                parked.fetch_add(1, Ordering::Relaxed);
+                while !go.load(Ordering::Acquire) {
+                    weft::task::park();
+                }
+                black_box(local).iter().all(|&w| w == id)
+            })
+        })
+        .collect();
+    let start = Instant::now();
+    while parked.load(Ordering::Relaxed) < TASKS as usize
+        || weft::stack::counters().compacted_tasks < TASKS
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "never all compacted"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Fill the cgroup with anonymous memory up to 8 MiB below its limit (the page cache it
+    // also holds, this binary's, gives way).
+    let limit = read("memory.limit_in_bytes");
+    let anonymous = || -> u64 {
+        let stat = std::fs::read_to_string(cgroup.join("memory.stat")).unwrap();
+        stat.lines()
+            .find_map(|l| l.strip_prefix("rss "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let mut hog: Vec<Vec<u8>> = Vec::new();
+    while anonymous() + (8 << 20) < limit {
+        hog.push(vec![1u8; 4 << 20]);
+    }
+    // Written while the cgroup still has room for the pipe's page.
+    println!(
+        "\nwaking the compacted tasks; usage {} MiB, failcnt {}",
+        read("memory.usage_in_bytes") >> 20,
+        read("memory.failcnt")
+    );
+    std::io::Write::flush(&mut std::io::stdout()).unwrap();
+    go.store(true, Ordering::Release);
+    for task in &tasks {
+        task.task().unpark();
+    }
+    let wrong = tasks
+        .into_iter()
+        .map(|task| task.join().unwrap())
+        .filter(|&intact| !intact)
+        .count();
+    black_box(hog);
+    println!(
+        "wrong stacks: {wrong} of {TASKS}; usage {} MiB of {} MiB, failcnt {}",
+        read("memory.usage_in_bytes") >> 20,
+        limit >> 20,
+        read("memory.failcnt")
+    );
     done.store(true, Ordering::Relaxed);
 }

@@ -54,8 +54,10 @@
 //!    COMPACTED, which the fault thread restores before waking it. Reads see the page or,
 //!    after (e), the restored copy.
 //! 4. A COMPACTED slot is restored — guard reinstalled (unless invariant 8 holds), image
-//!    filled in with `UFFDIO_COPY`
-//!    (atomic: a thread touching the page waits until it is full), entry nulled — under its
+//!    filled in with `UFFDIO_COPY` (atomic: a thread touching the page waits until it is
+//!    full; where no memory can be charged the fill waits for some, as a page fault would,
+//!    and never gives up: a RESIDENT slot's missing page would read as zeros, invariant 5),
+//!    entry nulled — under its
 //!    lock, by whichever comes first: its worker before resuming the task, the fault
 //!    thread serving any access, or a thread about to touch the slot on purpose
 //!    ([`restore_if_compacted`]: a channel handing a value to the parked task). The task runs
@@ -818,8 +820,9 @@ unsafe fn restore_locked(slot: usize, size: usize, image: *mut u8, scratch: &mut
                 );
             }
             // SAFETY: the slot is COMPACTED and locked: its pages are missing and ours to
-            // fill (invariant 2).
-            uffd::fill(at, scratch.buf, n);
+            // fill (invariant 2). Not given up on: the slot turns RESIDENT below, and a
+            // missing page of a RESIDENT slot is filled with zeros (invariant 5).
+            uffd::fill_waiting_for_memory(at, scratch.buf, n);
         }
         at = end;
     }
@@ -882,7 +885,7 @@ pub(crate) fn serve_fault(addr: usize, write_protected: bool, tid: u32, scratch:
     let Some((slot, size)) = region::slot_of(addr) else {
         // In a region but not in a carved slot: nothing lives there.
         // SAFETY: a missing page of a registered region that holds nothing.
-        unsafe { uffd::fill(at, scratch.zeros, page) };
+        unsafe { uffd::fill_waiting_for_memory(at, scratch.zeros, page) };
         return;
     };
     if at == slot && uffd::knows_faulting_threads() {
@@ -918,8 +921,9 @@ pub(crate) fn serve_fault(addr: usize, write_protected: bool, tid: u32, scratch:
         let above = (slot + size).saturating_sub(at + page) / page;
         let below = above.clamp(GROW_PAGES - 1, SCRATCH_PAGES - 1);
         let low = at.saturating_sub(below * page).max(slot + page).min(at);
-        // SAFETY: zeros for missing pages only (`fill` skips present ones).
-        unsafe { uffd::fill(low, scratch.zeros, at + page - low) };
+        // SAFETY: zeros for missing pages only (`fill` skips present ones). Waiting for
+        // memory rather than waking the faulting thread to fault again at once.
+        unsafe { uffd::fill_waiting_for_memory(low, scratch.zeros, at + page - low) };
         uffd::wake(at, page);
         add(&ZERO_FILLS, 1);
     }
@@ -955,7 +959,9 @@ pub(crate) fn prefill(slot: usize, size: usize, pages: usize) {
             let n = (top - at).min(SCRATCH_PAGES * page);
             // SAFETY: the slot is in a pool (RESIDENT, invariant 7) and holds nothing, and
             // `[at, at + n)` is in it above its guard page; `fill` leaves a present page alone.
-            unsafe { uffd::fill(at, scratch.zeros, n) };
+            // A failed fill (no memory) leaves the pages to the task's first touch, which
+            // the fault thread serves (invariant 5).
+            let _ = unsafe { uffd::fill(at, scratch.zeros, n) };
             at += n;
         }
     });

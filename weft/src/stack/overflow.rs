@@ -236,20 +236,20 @@ fn write_backtrace(context: *mut libc::c_void) {
 }
 
 /// A fixed buffer that `fmt::Write` can fill without allocating (invariant 2).
-struct LineBuffer {
+pub(crate) struct LineBuffer {
     bytes: [u8; 512],
     len: usize,
 }
 
 impl LineBuffer {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         LineBuffer {
             bytes: [0; 512],
             len: 0,
         }
     }
 
-    fn write_to_stderr(&self) {
+    pub(crate) fn write_to_stderr(&self) {
         // SAFETY: writes initialised bytes of our own buffer; write(2) is async-signal-safe.
         unsafe { libc::write(2, self.bytes.as_ptr().cast(), self.len) };
     }

@@ -11,14 +11,15 @@
 //!    slot lock (compact.rs invariant 6): it runs on its own ordinary stack and copies
 //!    through a buffer it allocated at start.
 //!
-//! May call: libc, `compact.rs` (to serve a fault). Called by: `region.rs` (register),
-//! `compact.rs`, `stack/mod.rs` (fresh-slot fills).
+//! May call: libc, `compact.rs` (to serve a fault), `overflow.rs` (its allocation-free
+//! line). Called by: `region.rs` (register), `compact.rs`, `stack/mod.rs` (fresh-slot fills).
 //!
 //! Why a thread and not `UFFD_FEATURE_SIGBUS` (a signal on the faulting thread, 2–10× faster
 //! in Android's measurements): with SIGBUS a *syscall* that writes into a released page (a
 //! `read(2)` into a parked task's buffer) fails with EFAULT instead of waiting, which is the
 //! access compaction must not break.
 
+use std::fmt::Write as _;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::OnceLock;
@@ -248,12 +249,13 @@ pub(crate) fn register(start: usize, len: usize) -> bool {
 
 /// Fills the missing pages `[dst, dst + len)` atomically with the bytes at `src` (page
 /// aligned, `len` bytes), waking the threads that wait on them. A page that is already
-/// present is skipped (`EEXIST`) and keeps its contents. Returns false on another error.
+/// present is skipped (`EEXIST`) and keeps its contents. On another error the pages before
+/// the failing one are filled and the rest are still missing.
 ///
 /// # Safety
 /// `src` must be readable for `len` bytes; `[dst, dst + len)` must lie in a registered
 /// region, and filling its missing pages must be what the caller's protocol wants.
-pub(crate) unsafe fn fill(dst: usize, src: *const u8, len: usize) -> bool {
+pub(crate) unsafe fn fill(dst: usize, src: *const u8, len: usize) -> io::Result<()> {
     let page = super::region::page_size();
     let mut done = 0;
     while done < len {
@@ -267,21 +269,66 @@ pub(crate) unsafe fn fill(dst: usize, src: *const u8, len: usize) -> bool {
         // SAFETY: the caller's contract covers both ranges.
         let rc = unsafe { libc::ioctl(fd(), UFFDIO_COPY, &mut copy) };
         if rc == 0 {
-            return true;
+            return Ok(());
         }
-        let err = io::Error::last_os_error().raw_os_error();
+        let err = io::Error::last_os_error();
         let copied = copy.copy.max(0) as usize;
-        match err {
+        match err.raw_os_error() {
             // A present page: skip it, with the pages copied before it.
             Some(libc::EEXIST) => {
                 wake(dst + done + copied, page);
                 done += copied + page;
             }
             Some(libc::EAGAIN) => done += copied,
-            _ => return false,
+            _ => return Err(err),
         }
     }
-    true
+    Ok(())
+}
+
+/// [`fill`] that returns only once every page is filled, as a page fault does: where the
+/// kernel cannot charge a page (`ENOMEM`: a memory cgroup at its limit with its OOM killer
+/// off, or with no process it may kill) it waits and tries again, as the kernel makes a
+/// faulting thread wait, and says so once on stderr. A missing page left behind would be
+/// worse: a restore that gave up would let its task run on a stack whose page the fault
+/// thread then fills with zeros (measured: a million-wake loop in a full memory cgroup
+/// spun the fault thread at 100 % instead). Any other error breaks weft's own protocol and
+/// aborts the process with the error.
+///
+/// # Safety
+/// As [`fill`].
+pub(crate) unsafe fn fill_waiting_for_memory(dst: usize, src: *const u8, len: usize) {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    let mut pause = std::time::Duration::from_millis(1);
+    loop {
+        // SAFETY: the caller's contract.
+        let err = match unsafe { fill(dst, src, len) } {
+            Ok(()) => return,
+            Err(err) => err,
+        };
+        // Written through a fixed buffer: the fault thread may be here holding a slot lock,
+        // where it must not allocate (invariant 2), which formatting an `io::Error` does.
+        let errno = err.raw_os_error().unwrap_or(0);
+        let mut line = super::overflow::LineBuffer::new();
+        if errno != libc::ENOMEM {
+            let _ = writeln!(
+                line,
+                "weft: UFFDIO_COPY failed filling a task stack page (errno {errno}); aborting"
+            );
+            line.write_to_stderr();
+            std::process::abort();
+        }
+        if !WARNED.swap(true, Ordering::Relaxed) {
+            let _ = writeln!(
+                line,
+                "weft: no memory to fill a task stack page (UFFDIO_COPY: ENOMEM); waiting for \
+                 memory, as a page fault would"
+            );
+            line.write_to_stderr();
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(std::time::Duration::from_millis(100));
+    }
 }
 
 /// Wakes the threads waiting on faults in `[start, start + len)`.
