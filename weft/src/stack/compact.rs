@@ -888,10 +888,14 @@ pub(crate) fn serve_fault(addr: usize, write_protected: bool, tid: u32, scratch:
         unsafe { uffd::fill_waiting_for_memory(at, scratch.zeros, page) };
         return;
     };
-    if at == slot && uffd::knows_faulting_threads() {
-        // Invariant 8: a guard page. The faulting thread stays held (nothing wakes it)
-        // until the signal interrupts its fault and its handler aborts the process.
-        if !uffd::raise_fault(tid, addr) {
+    if at == slot {
+        // A guard page, which never holds a page: an overflow, in every state. Invariant 8:
+        // the faulting thread stays held (nothing wakes it) until the signal interrupts its
+        // fault and its handler aborts the process. Without thread ids (the marker is put
+        // back at each restore, so only a marker that failed to go in lets a touch reach
+        // here) the process aborts from this thread: filling the page would let the
+        // overflow run on into the slot below, another task's stack.
+        if !uffd::knows_faulting_threads() || !uffd::raise_fault(tid, addr) {
             eprintln!(
                 "weft: fatal error: stack overflow (the guard page of the stack at {slot:#x} \
                  was touched at {addr:#x} by thread {tid}, which could not be signalled)"
