@@ -25,6 +25,9 @@
 //! (`vm.unprivileged_userfaultfd = 0` and no `CAP_SYS_PTRACE` or `/dev/userfaultfd`), a
 //! `read(2)` into a compacted page would fail with EFAULT, so compaction stays off and
 //! weft reclaims only ([`StackMode::Reclaim`]). `WEFT_STACK_COMPACTION=off` forces that.
+//! Memory pressure changes nothing of this: a live page swapped out before compaction is
+//! copied, its bytes brought back by the kernel's own swap-in (invariant 3c), and a restore
+//! waits for memory rather than give up (invariant 4).
 //! Not supported in any mode: a device writing by DMA into a parked task's stack (O_DIRECT
 //! or io_uring with a buffer on the stack while the task parks): the kernel pins such pages
 //! and a write-protect does not stop the device.
