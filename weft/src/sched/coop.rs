@@ -12,7 +12,8 @@
 //!    ([`spend`]); the one that finds nothing left yields (to the back of its worker's ready
 //!    queue) before it starts, with no lock held, then proceeds.
 //!
-//! May call: `sched::worker` (to yield). Called by: `task` (spawn, join), `chan`, `sync`, `net`, `sched/worker.rs`.
+//! May call: `sched::worker` (to yield). Called by: `task` (spawn, join), `chan`, `sync`,
+//! `net`, `sched/worker.rs`.
 //!
 //! Why: measured, a chat hub fanning lines out to 2,000 clients over buffered channels never
 //! parked, and a 5 ms sleep on its worker woke 190–372 ms late; a pipeline of always-ready

@@ -51,11 +51,11 @@
 //!    a fault waits for the fault thread, which waits for the locks; (c) copies each task's
 //!    live bytes into its image (a page with no page-table entry, told by `mincore` and, for
 //!    the pages it calls not resident, `/proc/self/pagemap`, reads as zeros, as it would on
-//!    first touch; a swapped-out page is read back by the kernel's own fault); (d) publishes the images; (e) releases every page of the run
-//!    with one `MADV_DONTNEED`. No write is lost: a write before (b) is in the page that (c)
-//!    copies; a write after (b) waits and, once (e) and the unlock are done, finds the slot
-//!    COMPACTED, which the fault thread restores before waking it. Reads see the page or,
-//!    after (e), the restored copy.
+//!    first touch; a swapped-out page is read back by the kernel's own fault); (d) publishes
+//!    the images; (e) releases every page of the run with one `MADV_DONTNEED`. No write is
+//!    lost: a write before (b) is in the page that (c) copies; a write after (b) waits and,
+//!    once (e) and the unlock are done, finds the slot COMPACTED, which the fault thread
+//!    restores before waking it. Reads see the page or, after (e), the restored copy.
 //! 4. A COMPACTED slot is restored — guard reinstalled (unless invariant 8 holds), image
 //!    filled in with `UFFDIO_COPY` (atomic: a thread touching the page waits until it is
 //!    full; where no memory can be charged the fill waits for some, as a page fault would,

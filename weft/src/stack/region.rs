@@ -776,8 +776,8 @@ pub(crate) fn page_has_entry(addr: usize) -> Option<bool> {
     let fd = self_pagemap()?;
     let mut entry = 0u64;
     let offset = (addr / page_size() * size_of::<u64>()) as libc::off_t;
-    // SAFETY: `entry` is 8 writable bytes, off any registered region (it is the caller's own
-    // stack, a worker's, never a task's), so the read cannot wait on a userfault.
+    // SAFETY: `entry` is 8 writable bytes on a stack no userfault can hold: a worker's own
+    // (compaction), or any in a forked child, which has no registration.
     let n = unsafe { libc::pread(fd, (&raw mut entry).cast(), size_of::<u64>(), offset) };
     (n == size_of::<u64>() as isize).then_some(entry & (PM_PRESENT | PM_SWAP) != 0)
 }
