@@ -190,8 +190,8 @@ fn record(site: &'static Location<'static>, slot: &Slot) {
 }
 
 /// How deep a worker prefills a fresh slot (`Slot::prepare`) for a task of a given spawn site
-/// (the address of its `Location`, the key): the shallower of the depths in pages that the last two compactions of tasks of that
-/// kind found resident, so that in a burst of tasks that each run 64 KiB deep the first
+/// (keyed by [`site_key`]): the shallower of the depths in pages that the last two
+/// compactions of tasks of that kind found resident, so that in a burst of tasks that each run 64 KiB deep the first
 /// growth faults are not a few trips to the fault thread each (measured: 100K such tasks
 /// spawned until parked took 6.2–6.6 s, three trips a task). The shallower of two, not the
 /// last: one task that once ran deep (say 250 KiB, in its setup) must not make every fresh
@@ -202,6 +202,13 @@ fn record(site: &'static Location<'static>, slot: &Slot) {
 pub(crate) struct PrefillDepths {
     /// (key, last depth, the one before it; 0: none yet).
     entries: Box<[(usize, u8, u8)]>,
+}
+
+/// The key of a spawn site in a [`PrefillDepths`] (and in the stack layer's `LiveStack`,
+/// which hands it back): the address of its `Location`.
+pub(crate) fn site_key(site: &'static Location<'static>) -> usize {
+    let site: *const Location<'static> = site;
+    site as usize
 }
 
 /// Entries of a [`PrefillDepths`] (a power of two).

@@ -53,7 +53,7 @@ use corosensei::CoroutineResult;
 use crossbeam_deque::Steal;
 
 use super::runtime::{Handle, Remote, Shared};
-use super::stats::{PrefillDepths, Sampler};
+use super::stats::{site_key, PrefillDepths, Sampler};
 use crate::debug::{trace, ParkSite};
 use crate::metrics::counters;
 use crate::park::ParkReason;
@@ -734,12 +734,11 @@ impl Worker {
             |index| {
                 let task = live.get(index)?;
                 let header = task.header();
-                let site: *const Location<'static> = header.spawn_site;
                 Some(stack::LiveStack {
                     stack: &header.stack,
                     size: header.class.bytes(),
                     parked: header.park.is_parked(),
-                    key: site as usize,
+                    key: site_key(header.spawn_site),
                 })
             },
             |site, pages| prefill.observe(site, pages),
@@ -1242,8 +1241,9 @@ impl Worker {
             if sampled {
                 return 1; // its pages below the top are released for the measurement
             }
-            let site: *const Location<'static> = task.header().spawn_site;
-            self.prefill.borrow().pages(site as usize)
+            self.prefill
+                .borrow()
+                .pages(site_key(task.header().spawn_site))
         });
         if sampled {
             // The live entry this task is about to get (stats.rs invariant 2).

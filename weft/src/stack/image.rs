@@ -68,6 +68,7 @@ const RELEASE_AGE: Duration = Duration::from_millis(100);
 const HEADER: usize = 8;
 /// The segment's bits of the header's second word ([`MAX_SEGMENTS`] fits).
 const SEGMENT_BITS: u32 = 24;
+const SEGMENT_MASK: u32 = (1 << SEGMENT_BITS) - 1;
 
 struct Segment {
     base: usize,
@@ -281,7 +282,7 @@ pub(crate) unsafe fn set_depth(image: *mut u8, pages: usize) {
     // SAFETY: the caller's contract; the second header word.
     unsafe {
         let word = image.add(4) as *mut u32;
-        let segment = word.read() & ((1 << SEGMENT_BITS) - 1);
+        let segment = word.read() & SEGMENT_MASK;
         word.write(segment | (pages.min(255) as u32) << SEGMENT_BITS);
     }
 }
@@ -304,7 +305,7 @@ pub(crate) unsafe fn free(image: *mut u8) {
     let (len, index) = unsafe {
         (
             (image as *const u32).read() as usize,
-            (image.add(4) as *const u32).read() & ((1 << SEGMENT_BITS) - 1),
+            (image.add(4) as *const u32).read() & SEGMENT_MASK,
         )
     };
     let start = image as usize;
