@@ -51,6 +51,9 @@ pub struct PeerArgs {
     /// Also print the lateness of each 100 ms window of sleep lengths on stderr.
     #[arg(long)]
     pub windows: bool,
+    /// weft: the workers' timer slack, µs (`RuntimeBuilder::timer_slack`; default: weft's).
+    #[arg(long)]
+    pub timer_slack_us: Option<u64>,
 }
 
 fn xorshift(seed: &mut u64) -> u64 {
@@ -172,10 +175,11 @@ pub fn peer(mut a: PeerArgs) -> Result<Value, String> {
     let all = sleeps(&a);
     let mut v = match a.runtime {
         Runtime::Weft => {
-            let rt = weft::Runtime::builder()
-                .stack_size(32 * 1024)
-                .build()
-                .map_err(|e| format!("weft runtime: {e}"))?;
+            let mut builder = weft::Runtime::builder().stack_size(32 * 1024);
+            if let Some(us) = a.timer_slack_us {
+                builder = builder.timer_slack(Duration::from_micros(us));
+            }
+            let rt = builder.build().map_err(|e| format!("weft runtime: {e}"))?;
             let (l, p) = (lateness.clone(), progress.clone());
             rt.spawn(move || {
                 let (lateness, progress) = (l, p);

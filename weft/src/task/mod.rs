@@ -657,8 +657,15 @@ impl Builder {
             };
             let header = cell::allocate(header, f);
             // `allocate` made the cell with two references, one for each handle.
-            spawner.submit(Task { header });
-            Ok(JoinHandle::new(Task { header }))
+            let start_here = spawner.submit(Task { header });
+            Ok((JoinHandle::new(Task { header }), start_here))
+        })
+        .map(|(handle, start_here)| {
+            if start_here {
+                // Spawner::submit: this worker starts the new task next.
+                sched::suspend_current(Suspend::Yield);
+            }
+            handle
         })
     }
 }
