@@ -672,6 +672,11 @@ impl Builder {
 
 /// Spawns `f` as a new task on the current runtime, like `std::thread::spawn`.
 ///
+/// A spawn from a task may yield before it returns, like any weft operation that completes
+/// without parking (the cooperative budget), and also when this worker has fewer live tasks
+/// than another: it then starts the new task itself, next, so that long-lived tasks spread
+/// evenly over the workers (they never move once started).
+///
 /// The closure must be `Send`: a task that has not started may be stolen by any worker. Once
 /// started, it stays on its worker's thread, so it may hold `!Send` values across parks:
 ///
