@@ -10,7 +10,10 @@
 //! 100 ms). CPU per wake: the wake phase's CPU time ÷ N. Published size: 1M units, 1–5 s,
 //! lead 3 s; `--quick`: 100K units, 0.5–1.5 s, lead 1 s. weft runs twice, as it comes and
 //! with `WEFT_STACK_COMPACTION=off`: compacting the stacks of the units that just parked is
-//! work done in the very window the idle CPU is read from.
+//! work done in the very window the idle CPU is read from. So weft's runs also give the idle
+//! CPU of the rest of the window once compaction has settled (its count of compacted tasks
+//! still for 100 ms) and when that was: the runtime's own cost while everything sleeps,
+//! apart from the one-time work of compacting.
 //!
 //! Owns: the experiment and its Rust peers (`weft-bench peer sleepers`, [`PeerArgs`]).
 //! May call: weft, tokio, `runner`, `chart`, `report`. Called by: `cli/mod.rs`, `peer.rs`.
@@ -97,7 +100,17 @@ fn record(lateness: &[AtomicU32], i: usize, deadline: Instant) {
 
 /// The observer (this thread, outside the runtime): waits until every unit sleeps,
 /// measures idle CPU until just before the first deadline, then the wake phase.
-fn observe(a: &PeerArgs, progress: &Progress, start: Instant, base: Instant) -> Value {
+///
+/// `background`, where the runtime does work of its own after its tasks park (weft's stack
+/// compaction), is a counter of that work: once it has not moved for [`SETTLE_QUIET`], the
+/// rest of the window is also measured on its own, as the idle CPU of the settled runtime.
+fn observe(
+    a: &PeerArgs,
+    progress: &Progress,
+    start: Instant,
+    base: Instant,
+    background: Option<&dyn Fn() -> u64>,
+) -> Value {
     let n = a.tasks;
     wait_for(&progress.asleep, n);
     let spawn = start.elapsed();
@@ -106,31 +119,66 @@ fn observe(a: &PeerArgs, progress: &Progress, start: Instant, base: Instant) -> 
     let window_end = first_deadline
         .checked_sub(Duration::from_millis(20))
         .unwrap_or(first_deadline);
-    let idle = if window_end > window_start + Duration::from_millis(100) {
+    let mut idle = None;
+    let mut settled = None;
+    if window_end > window_start + Duration::from_millis(100) {
         std::thread::sleep(window_start.saturating_duration_since(Instant::now()));
         let cpu0 = crate::cpu_time();
         let w0 = Instant::now();
+        // (when the background work was last seen moving, its count then)
+        let mut quiet_since = background.map(|count| (Instant::now(), count()));
+        let mut settled_at = None;
+        while let Some((since, last)) = quiet_since {
+            if Instant::now() + SETTLE_POLL >= window_end {
+                break;
+            }
+            std::thread::sleep(SETTLE_POLL);
+            let now = background.map_or(last, |count| count());
+            if now != last {
+                quiet_since = Some((Instant::now(), now));
+            } else if since.elapsed() >= SETTLE_QUIET {
+                settled_at = Some((Instant::now(), crate::cpu_time(), w0.elapsed()));
+                quiet_since = None;
+            }
+        }
         std::thread::sleep(window_end.saturating_duration_since(Instant::now()));
-        let cpu = crate::cpu_time() - cpu0;
-        Some(cpu.as_secs_f64() * 1e3 / w0.elapsed().as_secs_f64())
-    } else {
-        None
-    };
+        let cpu1 = crate::cpu_time();
+        idle = Some((cpu1 - cpu0).as_secs_f64() * 1e3 / w0.elapsed().as_secs_f64());
+        if let Some((at, cpu, after)) = settled_at {
+            let span = at.elapsed();
+            if span >= Duration::from_millis(100) {
+                settled = Some((
+                    (cpu1 - cpu).as_secs_f64() * 1e3 / span.as_secs_f64(),
+                    after.as_secs_f64() * 1e3,
+                ));
+            }
+        }
+    }
     let rss = crate::status_bytes("VmRSS") as f64;
     let pte = crate::status_bytes("VmPTE") as f64;
     std::thread::sleep(window_end.saturating_duration_since(Instant::now()));
     let cpu0 = crate::cpu_time();
     wait_for(&progress.woken, n);
     let wake_cpu = crate::cpu_time() - cpu0;
-    json!({
+    let mut v = json!({
         "tasks": n,
         "spawn_ms": spawn.as_secs_f64() * 1e3,
         "idle_cpu_ms_per_s": idle,
         "cpu_per_wake_us": wake_cpu.as_secs_f64() * 1e6 / n.max(1) as f64,
         "rss_mib": rss / (1 << 20) as f64,
         "pte_mib": pte / (1 << 20) as f64,
-    })
+    });
+    if let Some((cpu, after_ms)) = settled {
+        v["settled_idle_cpu_ms_per_s"] = json!(cpu);
+        v["settled_after_ms"] = json!(after_ms);
+    }
+    v
 }
+
+/// How often `observe` looks at the runtime's background work.
+const SETTLE_POLL: Duration = Duration::from_millis(20);
+/// How long the background work must stay still to count as settled.
+const SETTLE_QUIET: Duration = Duration::from_millis(100);
 
 /// Lateness percentiles into `v`; with `windows`, per 100 ms window of sleep length on
 /// stderr (a tail from a few long stalls shows as a few bad windows, steady queueing as a
@@ -194,7 +242,8 @@ pub fn peer(mut a: PeerArgs) -> Result<Value, String> {
                     });
                 }
             });
-            let mut v = observe(&a, &progress, start, base);
+            let compactions = || weft::stack::counters().compacted_tasks;
+            let mut v = observe(&a, &progress, start, base, Some(&compactions));
             v["stack_mode"] = json!(weft::stack::mode().to_string());
             v
         }
@@ -217,7 +266,7 @@ pub fn peer(mut a: PeerArgs) -> Result<Value, String> {
                     });
                 }
             });
-            observe(&a, &progress, start, base)
+            observe(&a, &progress, start, base, None)
         }
         Runtime::Threads => return Err("no threads peer for sleepers".into()),
     };
@@ -226,11 +275,15 @@ pub fn peer(mut a: PeerArgs) -> Result<Value, String> {
 }
 
 /// The figures of the table, (key, heading).
-const COLUMNS: [(&str, &str); 8] = [
+const COLUMNS: [(&str, &str); 9] = [
     ("p50_us", "lateness p50 µs"),
     ("p99_us", "lateness p99 µs"),
     ("max_us", "lateness max µs"),
     ("idle_cpu_ms_per_s", "CPU while all sleep, ms/s"),
+    (
+        "settled_idle_cpu_ms_per_s",
+        "same, once compaction has settled, ms/s",
+    ),
     ("cpu_per_wake_us", "CPU per wake µs"),
     ("rss_mib", "RSS MiB"),
     ("pte_mib", "page tables MiB"),
