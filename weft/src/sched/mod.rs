@@ -12,11 +12,6 @@
 //!   wake from another thread ──► the home worker's `Remote::woken`, then notify if it sleeps
 //! ```
 //!
-//! A spawn on a worker that has `BALANCE_SLACK` (worker.rs) more live tasks than another
-//! goes to that worker's inbox instead; on one that has as many fewer, it goes to this
-//! worker's `run_next` (not stealable) and the spawning task yields, so that this worker
-//! starts it. Started tasks never move, so this placement is what keeps lasting load even.
-//!
 //! Invariants:
 //! 1. Only never-started tasks are in a stealable queue (`new_tasks`, the injector); a woken or
 //!    yielded task goes back to its home worker only (task/mod.rs invariant 1).

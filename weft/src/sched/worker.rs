@@ -510,10 +510,7 @@ impl Spawner<'_> {
         }
     }
 
-    /// Queues `task` to start. Returns true when the spawning task should yield at once, so
-    /// that this worker starts `task` next (`Worker::placement`).
-    #[must_use]
-    pub(crate) fn submit(&self, task: Task) -> bool {
+    pub(crate) fn submit(&self, task: Task) {
         match self {
             Spawner::Worker(w) => {
                 if w.tracing.get() {
@@ -525,25 +522,15 @@ impl Spawner<'_> {
                     // at once, in the spawner's context: workers are stopping, and one that
                     // already left its loop would never run or cancel it.
                     cancel_unstarted(&task);
-                    return false;
+                    return;
                 }
-                match w.placement() {
-                    Placement::Other(other) => {
-                        // sched/mod.rs invariant 1 holds: the task has not started. A worker
-                        // that closed meanwhile (shutdown) hands it back: cancel it.
-                        if let Err(task) = other.place(task) {
-                            cancel_unstarted(&task);
-                        }
-                        return false;
+                if let Some(other) = w.less_loaded_worker() {
+                    // sched/mod.rs invariant 1 holds: the task has not started. A worker
+                    // that closed meanwhile (shutdown) hands it back: cancel it.
+                    if let Err(task) = other.place(task) {
+                        cancel_unstarted(&task);
                     }
-                    Placement::StartHere => {
-                        // Next on this worker, out of thieves' reach in `run_next`, while
-                        // the spawning task yields (the caller does). Whatever held
-                        // `run_next` goes to the ready queue, as for a wake.
-                        w.push_ready_from(task);
-                        return true;
-                    }
-                    Placement::Queue => {}
+                    return;
                 }
                 w.new_tasks.push(task);
                 // Wake-ups for a burst: the first spawn of a resume, and every
@@ -558,7 +545,6 @@ impl Spawner<'_> {
                 if spawns % WAKE_CHECK_EVERY == 0 {
                     w.shared.wake_idle_worker(Some(w.index));
                 }
-                false
             }
             Spawner::Handle(h) => {
                 if trace::on() {
@@ -566,7 +552,6 @@ impl Spawner<'_> {
                 }
                 counters::OFF_WORKER.spawned();
                 h.submit(task);
-                false
             }
         }
     }
@@ -579,16 +564,6 @@ const WAKE_CHECK_EVERY: u32 = 16;
 /// How many more live tasks than another worker a worker must have before its spawns go to
 /// that worker: a slack, so that short-lived tasks (spawn, run, finish) stay local and cheap.
 const BALANCE_SLACK: usize = 32;
-
-/// Where a spawn goes (`Worker::placement`).
-enum Placement<'a> {
-    /// This worker's deque, where thieves may take it.
-    Queue,
-    /// The inbox of a worker with fewer live tasks.
-    Other(&'a Arc<Remote>),
-    /// This worker's `run_next`: this worker has fewer live tasks than another.
-    StartHere,
-}
 
 /// Calls `f` with the spawner of `target`, or of the current runtime when `target` is `None`:
 /// the running task's runtime, else the one this plain thread entered.
@@ -924,39 +899,26 @@ impl Worker {
         None
     }
 
-    /// Where a spawn on this worker goes, by the lasting load of this worker and another (a
-    /// different one each spawn): live tasks plus tasks placed with it and not yet started,
-    /// which keeps a burst of placements from overshooting while the other catches up.
+    /// Another worker with [`BALANCE_SLACK`] fewer live tasks than this one, if the one this
+    /// spawn looks at (a different one each time) is such.
     ///
     /// Why: a started task never changes worker, so a worker that starts most of a server's
     /// long-lived connections keeps their load for good while another idles (measured on the
     /// echo server: 64 against 18 CPU ticks). Stealing only balances momentary load; placing
     /// new tasks by the number already living on each worker balances the lasting kind. Go
     /// needs no such rule because its scheduler moves goroutines at any time.
-    ///
-    /// The other way round, a worker busy running the spawning task itself starts little of
-    /// what it spawns, and thieves start the rest: a million sleepers spawned by one task
-    /// split 55 : 45, and at their wakes the worker with more of them ran out of time first
-    /// (`weft-bench sleepers`, p99 lateness of tens of ms). So a worker [`BALANCE_SLACK`]
-    /// tasks behind starts its spawns itself.
-    fn placement(&self) -> Placement<'_> {
+    fn less_loaded_worker(&self) -> Option<&Arc<Remote>> {
         let remotes = &self.shared.remotes;
         if remotes.len() < 2 {
-            return Placement::Queue;
+            return None;
         }
-        let load =
-            |r: &Remote| r.live.load(Ordering::Relaxed) + r.placed_len.load(Ordering::Relaxed);
-        let mine = load(&self.remote);
+        let mine = self.remote.live.load(Ordering::Relaxed);
+        if mine < BALANCE_SLACK {
+            return None;
+        }
         let offset = 1 + self.tick.get() as usize % (remotes.len() - 1);
         let other = &remotes[(self.index + offset) % remotes.len()];
-        let theirs = load(other);
-        if theirs + BALANCE_SLACK < mine {
-            Placement::Other(other)
-        } else if mine + BALANCE_SLACK < theirs && self.current.get().is_some() {
-            Placement::StartHere
-        } else {
-            Placement::Queue
-        }
+        (other.live.load(Ordering::Relaxed) + BALANCE_SLACK < mine).then_some(other)
     }
 
     fn has_work(&self) -> bool {
@@ -1318,7 +1280,7 @@ impl Worker {
         task.drop_unstarted_with(Box::new(message));
     }
 
-    /// Publishes the live list's length for spawners (`placement`). This worker is
+    /// Publishes the live list's length for spawners (`less_loaded_worker`). This worker is
     /// the only writer, so a load and a store do, without a locked instruction on the start
     /// and finish of every task.
     fn set_live_count(&self, delta: isize) {

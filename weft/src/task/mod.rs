@@ -657,25 +657,13 @@ impl Builder {
             };
             let header = cell::allocate(header, f);
             // `allocate` made the cell with two references, one for each handle.
-            let start_here = spawner.submit(Task { header });
-            Ok((JoinHandle::new(Task { header }), start_here))
-        })
-        .map(|(handle, start_here)| {
-            if start_here {
-                // Spawner::submit: this worker starts the new task next.
-                sched::suspend_current(Suspend::Yield);
-            }
-            handle
+            spawner.submit(Task { header });
+            Ok(JoinHandle::new(Task { header }))
         })
     }
 }
 
 /// Spawns `f` as a new task on the current runtime, like `std::thread::spawn`.
-///
-/// A spawn from a task may yield before it returns, like any weft operation that completes
-/// without parking (the cooperative budget), and also when this worker has fewer live tasks
-/// than another: it then starts the new task itself, next, so that long-lived tasks spread
-/// evenly over the workers (they never move once started).
 ///
 /// The closure must be `Send`: a task that has not started may be stolen by any worker. Once
 /// started, it stays on its worker's thread, so it may hold `!Send` values across parks:
