@@ -1,16 +1,16 @@
 //! Where a spawn starts must not turn the std-blocking habits that work with two workers into
-//! deadlocks. A task that spawns a burst of long-lived tasks leaves its own worker behind the
-//! other (which steals and starts most of them), and a placement rule that made the spawner's
-//! worker start its spawns itself, at once, would run the new task while the spawner holds
-//! what it holds. These tests put the spawning task's worker behind first, then block its OS
-//! thread in the two ways a user might:
+//! deadlocks. A worker with fewer live tasks than another keeps its spawns (the other leaves
+//! them to it unless it is stuck: sched/worker.rs `defers_to`); a rule that ran the new task
+//! at once would run it while the spawner holds what it holds, and one that kept it out of
+//! thieves' reach would strand it behind a spawner that blocks its thread. These tests put
+//! the spawning task's worker far behind first, then block its OS thread in the two ways a
+//! user might:
 //! - holding a `std::sync::Mutex` across a spawn whose task takes the same mutex;
 //! - waiting on a `std::sync::mpsc` receiver for the task it just spawned.
 //!
 //! Both block a worker thread (README, "Pitfalls"), and both work with a second worker to run
 //! the new task. A watchdog aborts the process if either hangs.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,26 +23,41 @@ fn watchdog(what: &'static str) {
     });
 }
 
-/// From a task: spawns long-lived tasks, working between spawns so that the other worker
-/// (idle) starts them, until this worker is well behind; returns their handles and count.
-fn fall_behind() -> (Vec<weft::JoinHandle<()>>, Arc<AtomicUsize>) {
+/// From a task: leaves this task's worker with far fewer live tasks than the other worker.
+/// Spawns tasks that park, then ends those that started on this worker; returns the rest.
+fn fall_behind() -> Vec<weft::JoinHandle<()>> {
     let here = std::thread::current().id();
-    let elsewhere = Arc::new(AtomicUsize::new(0));
-    let mut handles = Vec::new();
-    for _ in 0..2000 {
-        let work = Instant::now();
-        while work.elapsed() < Duration::from_micros(2) {
-            std::hint::spin_loop();
-        }
-        let elsewhere = elsewhere.clone();
-        handles.push(weft::spawn(move || {
-            if std::thread::current().id() != here {
-                elsewhere.fetch_add(1, Ordering::Relaxed);
-            }
-            weft::task::park();
-        }));
+    let placed: Vec<_> = (0..2000)
+        .map(|_| {
+            let on = Arc::new(Mutex::new(None));
+            let handle = {
+                let on = on.clone();
+                weft::spawn(move || {
+                    *on.lock().unwrap() = Some(std::thread::current().id());
+                    weft::task::park();
+                })
+            };
+            (handle, on)
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while placed.iter().any(|(_, on)| on.lock().unwrap().is_none()) {
+        assert!(
+            Instant::now() < deadline,
+            "the tasks did not start within 30 s"
+        );
+        weft::time::sleep(Duration::from_millis(1));
     }
-    (handles, elsewhere)
+    let (mine, theirs): (Vec<_>, Vec<_>) = placed
+        .into_iter()
+        .partition(|(_, on)| *on.lock().unwrap() == Some(here));
+    release(mine.into_iter().map(|(h, _)| h).collect());
+    assert!(
+        theirs.len() >= 200,
+        "only {} tasks started on the other worker",
+        theirs.len()
+    );
+    theirs.into_iter().map(|(h, _)| h).collect()
 }
 
 fn release(handles: Vec<weft::JoinHandle<()>>) {
@@ -59,7 +74,7 @@ fn on_a_worker_that_is_behind(what: &'static str, f: impl FnOnce() + Send + 'sta
     watchdog(what);
     let rt = weft::Runtime::builder().workers(2).build().unwrap();
     rt.block_on(|| {
-        let (handles, _) = fall_behind();
+        let handles = fall_behind();
         f();
         release(handles);
     });
@@ -89,9 +104,12 @@ fn a_std_mutex_held_across_a_spawn_on_a_worker_that_is_behind() {
 fn a_std_channel_waited_on_for_a_task_spawned_on_a_worker_that_is_behind() {
     on_a_worker_that_is_behind("a std channel waited on for a spawned task", || {
         let (tx, rx) = mpsc::channel();
+        let spawned = Instant::now();
         let child = weft::spawn(move || tx.send(7u32).unwrap());
-        // Blocks this worker's thread until the child has run (on the other worker).
+        // Blocks this worker's thread until the child has run: on the other worker, once the
+        // monitor has seen this one stuck (10 ms by default).
         assert_eq!(rx.recv_timeout(Duration::from_secs(50)), Ok(7));
+        println!("the child ran after {:?}", spawned.elapsed());
         child.join().unwrap();
     });
 }

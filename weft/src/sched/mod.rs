@@ -12,6 +12,11 @@
 //!   wake from another thread ──► the home worker's `Remote::woken`, then notify if it sleeps
 //! ```
 //!
+//! Lasting load (started tasks never move) is kept even by where never-started tasks start:
+//! a spawn on a worker with more live tasks than another goes to that one's inbox, and a
+//! thief with more live tasks than its victim leaves the victim's new tasks to it, unless
+//! the monitor has seen the victim stuck in one task (worker.rs, `defers_to`).
+//!
 //! Invariants:
 //! 1. Only never-started tasks are in a stealable queue (`new_tasks`, the injector); a woken or
 //!    yielded task goes back to its home worker only (task/mod.rs invariant 1).

@@ -7,7 +7,9 @@
 //!
 //! Every `threshold / 2` it reads each worker's `resumes` and `running_id`. A worker whose
 //! count has not moved for `threshold` while one task runs is stuck:
-//! 1. If its `new_tasks` deque holds never-started tasks, it wakes a sleeping worker
+//! 1. It marks the worker `Remote::stuck` (cleared once its count moves), which lets thieves
+//!    with more live tasks than it steal its never-started tasks too (worker.rs,
+//!    `defers_to`), and if its `new_tasks` deque holds some, it wakes a sleeping worker
 //!    (`Shared::wake_idle_worker`), whose search steals them (sched/mod.rs invariant 1: only
 //!    never-started tasks move; the stuck worker's woken, started tasks stay — moving them
 //!    would be unsound).
@@ -410,12 +412,14 @@ fn watch(
                     since: now,
                     handled: false,
                 };
+                remote.stuck.store(false, Ordering::Relaxed);
                 continue;
             }
             let stuck_for = now - sample.since;
             if stuck_for < threshold {
                 continue;
             }
+            remote.stuck.store(true, Ordering::Relaxed);
             // Step 1, again at every tick while it stays stuck: new work keeps arriving.
             if !shared.stealers[remote.index].is_empty()
                 || remote.placed_len.load(Ordering::Relaxed) > 0

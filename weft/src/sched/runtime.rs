@@ -95,6 +95,10 @@ pub(crate) struct Remote {
     /// Started, unfinished tasks living on this worker (its live list's length), written by
     /// the worker only, Relaxed: spawners read it to place new tasks (worker.rs, `Spawner`).
     pub(crate) live: AtomicUsize,
+    /// Set by the monitor while this worker is stuck in one task, cleared when it moves on:
+    /// a thief with more live tasks steals this worker's new tasks only then (worker.rs,
+    /// `defers_to`).
+    pub(crate) stuck: AtomicBool,
     /// Task-dump requests waiting for this worker to answer them between tasks (worker.rs,
     /// "Capturing a parked task"); `dump_pending` says the list is not empty, so the worker
     /// looks at the lock only when there is something.
@@ -447,6 +451,7 @@ impl RuntimeBuilder {
                     running_name: Mutex::new(None),
                     tid: std::sync::atomic::AtomicI32::new(0),
                     live: AtomicUsize::new(0),
+                    stuck: AtomicBool::new(false),
                     dump_requests: Mutex::new(Vec::new()),
                     dump_pending: AtomicBool::new(false),
                     activity: Default::default(),

@@ -565,6 +565,11 @@ const WAKE_CHECK_EVERY: u32 = 16;
 /// that worker: a slack, so that short-lived tasks (spawn, run, finish) stay local and cheap.
 const BALANCE_SLACK: usize = 32;
 
+/// A worker's live tasks plus those placed with it and not yet started: what will live there.
+fn lasting_load(remote: &Remote) -> usize {
+    remote.live.load(Ordering::Relaxed) + remote.placed_len.load(Ordering::Relaxed)
+}
+
 /// Calls `f` with the spawner of `target`, or of the current runtime when `target` is `None`:
 /// the running task's runtime, else the one this plain thread entered.
 ///
@@ -811,8 +816,10 @@ impl Worker {
             self.remote.placed_len.store(0, Ordering::Relaxed);
         }
         // Alternate which local queue goes first, so that a task that keeps yielding cannot
-        // starve never-started tasks, nor a spawning loop the tasks it woke.
-        let ready_first = tick % 2 == 0;
+        // starve never-started tasks, nor a spawning loop the tasks it woke; never-started
+        // tasks first while this worker is behind another in live tasks (`defers_to`).
+        let ready_first =
+            tick % 2 == 0 && (self.new_tasks.is_empty() || !self.behind_another_worker());
         let mut ready = self.ready.borrow_mut();
         let task = if ready_first {
             ready.pop_front().or_else(|| self.new_tasks.pop())
@@ -871,7 +878,7 @@ impl Worker {
         let start = self.tick.get() as usize;
         for i in 0..stealers.len() {
             let victim = (start + i) % stealers.len();
-            if victim == self.index {
+            if victim == self.index || self.defers_to(&self.shared.remotes[victim]) {
                 continue;
             }
             // Placed there by a spawn, not yet taken by that worker (it may be busy).
@@ -897,6 +904,41 @@ impl Worker {
             }
         }
         None
+    }
+
+    /// Whether this worker, looking for work, leaves `victim`'s never-started tasks to it:
+    /// this worker has [`BALANCE_SLACK`] more live tasks than `victim`, and `victim` is not
+    /// stuck in one task (the monitor says so, `Remote::stuck`; without a monitor, never).
+    ///
+    /// Why: a task that spawns a burst of long-lived tasks keeps its own worker busy, so an
+    /// idle thief started most of them, and since started tasks never move the split lasted:
+    /// a million sleepers spawned by one task split 55 : 45, and at their wakes the fuller
+    /// worker ran out of time first (`weft-bench sleepers`: 100 % busy where the p99 lateness
+    /// reached tens of ms, the other worker at 65–88 %). The spawner's worker starts them
+    /// instead, between the spawner's yields ([`Self::behind_another_worker`]). It runs
+    /// nothing at once and keeps nothing out of reach: a spawner that blocks its thread (a
+    /// `std` lock or channel) is stuck, and then thieves take its spawns as before
+    /// (tests/placement_std_blocking.rs).
+    fn defers_to(&self, victim: &Remote) -> bool {
+        if !self.shared.has_monitor.load(Ordering::Relaxed) || victim.stuck.load(Ordering::Relaxed)
+        {
+            return false;
+        }
+        lasting_load(victim) + BALANCE_SLACK < lasting_load(&self.remote)
+    }
+
+    /// Whether another worker (a different one each time) has [`BALANCE_SLACK`] more live
+    /// tasks than this one: then this worker starts its own never-started tasks before it
+    /// resumes the tasks that yielded, so that a spawning task's worker keeps its share of
+    /// what it spawns ([`Self::defers_to`]).
+    fn behind_another_worker(&self) -> bool {
+        let remotes = &self.shared.remotes;
+        if remotes.len() < 2 {
+            return false;
+        }
+        let offset = 1 + self.tick.get() as usize % (remotes.len() - 1);
+        let other = &remotes[(self.index + offset) % remotes.len()];
+        lasting_load(&self.remote) + BALANCE_SLACK < lasting_load(other)
     }
 
     /// Another worker with [`BALANCE_SLACK`] fewer live tasks than this one, if the one this
