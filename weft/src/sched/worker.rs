@@ -565,6 +565,11 @@ const WAKE_CHECK_EVERY: u32 = 16;
 /// that worker: a slack, so that short-lived tasks (spawn, run, finish) stay local and cheap.
 const BALANCE_SLACK: usize = 32;
 
+/// Most never-started tasks a thief leaves queued on a worker with fewer live tasks
+/// (`Worker::defers_to`): what a spawning task queues between two of its cooperative yields,
+/// twice over.
+const DEFER_MAX_QUEUED: usize = 2 * super::coop::COOP_BUDGET as usize;
+
 /// A worker's live tasks plus those placed with it and not yet started: what will live there.
 fn lasting_load(remote: &Remote) -> usize {
     remote.live.load(Ordering::Relaxed) + remote.placed_len.load(Ordering::Relaxed)
@@ -918,13 +923,18 @@ impl Worker {
     /// instead, between the spawner's yields ([`Self::behind_another_worker`]). It runs
     /// nothing at once and keeps nothing out of reach: a spawner that blocks its thread (a
     /// `std` lock or channel) is stuck, and then thieves take its spawns as before
-    /// (tests/placement_std_blocking.rs).
+    /// (tests/placement_std_blocking.rs). Nor does a thief leave more than
+    /// [`DEFER_MAX_QUEUED`] waiting there: live tasks are not CPU load, and a victim with that
+    /// many new tasks queued is short of time, whatever it hosts.
     fn defers_to(&self, victim: &Remote) -> bool {
         if !self.shared.has_monitor.load(Ordering::Relaxed) || victim.stuck.load(Ordering::Relaxed)
         {
             return false;
         }
-        lasting_load(victim) + BALANCE_SLACK < lasting_load(&self.remote)
+        let queued =
+            self.shared.stealers[victim.index].len() + victim.placed_len.load(Ordering::Relaxed);
+        queued <= DEFER_MAX_QUEUED
+            && lasting_load(victim) + BALANCE_SLACK < lasting_load(&self.remote)
     }
 
     /// Whether another worker (a different one each time) has [`BALANCE_SLACK`] more live
