@@ -14,10 +14,14 @@
 //!    never-started tasks move; the stuck worker's woken, started tasks stay — moving them
 //!    would be unsound).
 //! 2. The first time a spawn site stalls a worker, it reports it (once per site, so a hot loop
-//!    cannot flood the log): a [`MonitorReport`] naming the task's id, name and spawn site and
-//!    saying what the worker is doing, read from the kernel (`/proc/self/task/TID/syscall`):
-//!    computing, blocked in a named system call, or waiting on a futex; for a computing task,
-//!    where it is (`monitor_sample.rs`: a signal makes the worker's thread copy its stack).
+//!    cannot flood the log), at a tick in which its thread had the CPU at least half the time
+//!    (`/proc/self/task/TID/schedstat`): a stall spent mostly waiting for a CPU is the
+//!    machine's shortage, not the task's doing (seen on a loaded CI host: a connection task
+//!    reported "computing" for 10 ms inside a `send`). The report is a [`MonitorReport`]
+//!    naming the task's id, name and spawn site and saying what the worker is doing, read from
+//!    the kernel (`/proc/self/task/TID/syscall`): computing, blocked in a named system call,
+//!    or waiting on a futex; for a computing task, where it is (`monitor_sample.rs`: a signal
+//!    makes the worker's thread copy its stack).
 //!    The report goes to the runtime's hook ([`crate::RuntimeBuilder::monitor_report`]), by
 //!    default stderr (with the `log` feature and a logger installed, `log::warn!` with target
 //!    `weft::monitor`); a hook that drops it changes nothing in step 1.
@@ -323,6 +327,25 @@ struct Sample {
     resumes: u64,
     since: Instant,
     handled: bool,
+    /// When the worker's thread was last read while in the same task across ticks, and its
+    /// time waiting for a CPU then ([`runqueue_wait`]).
+    waited_before: Option<(Instant, Duration)>,
+}
+
+/// How long the thread `tid` of this process has waited on a run queue, runnable but not
+/// running, in its life: the second field of `/proc/self/task/TID/schedstat`. `None` where
+/// the kernel does not say (no CONFIG_SCHED_INFO).
+fn runqueue_wait(tid: i32) -> Option<Duration> {
+    if tid == 0 {
+        return None;
+    }
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+    parse_runqueue_wait(&text)
+}
+
+fn parse_runqueue_wait(schedstat: &str) -> Option<Duration> {
+    let ns = schedstat.split_whitespace().nth(1)?.parse().ok()?;
+    Some(Duration::from_nanos(ns))
 }
 
 /// True the first time a spawn site is reported in this process: the warning is once per
@@ -384,6 +407,7 @@ fn watch(
             resumes: 0,
             since: now,
             handled: false,
+            waited_before: None,
         })
         .collect();
     while !stop.load(Ordering::Relaxed) {
@@ -411,9 +435,15 @@ fn watch(
                     resumes,
                     since: now,
                     handled: false,
+                    waited_before: None,
                 };
                 remote.stuck.store(false, Ordering::Relaxed);
                 continue;
+            }
+            if sample.waited_before.is_none() {
+                // Read only once a task has run across a tick, which few do.
+                sample.waited_before =
+                    runqueue_wait(remote.tid.load(Ordering::Relaxed)).map(|waited| (now, waited));
             }
             let stuck_for = now - sample.since;
             if stuck_for < threshold {
@@ -428,6 +458,17 @@ fn watch(
             }
             if sample.handled {
                 continue;
+            }
+            // A thread that spent most of the last tick waiting for a CPU was not computing:
+            // the machine is short of CPUs (other processes, a loaded CI host). Step 1 is
+            // done; the report waits for a tick in which the task had the CPU most of the time.
+            if let Some((at, waited)) = sample.waited_before {
+                if let Some(now_waited) = runqueue_wait(remote.tid.load(Ordering::Relaxed)) {
+                    sample.waited_before = Some((now, now_waited));
+                    if now_waited.saturating_sub(waited) * 2 > now - at {
+                        continue;
+                    }
+                }
             }
             sample.handled = true;
             let site = remote.running_site.load(Ordering::Relaxed);
@@ -489,5 +530,24 @@ mod tests {
         );
         assert_eq!(parse_activity("-1 0x7ffd 0x55"), StuckActivity::Unknown);
         assert_eq!(parse_activity(""), StuckActivity::Unknown);
+    }
+
+    #[test]
+    fn schedstat_gives_the_time_spent_waiting_for_a_cpu() {
+        assert_eq!(
+            parse_runqueue_wait("840532741 176326412 2002\n"),
+            Some(Duration::from_nanos(176_326_412))
+        );
+        assert_eq!(parse_runqueue_wait("840532741"), None);
+        assert_eq!(parse_runqueue_wait(""), None);
+        // This process's own threads have the file.
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+        if std::path::Path::new(&format!("/proc/self/task/{tid}/schedstat")).exists() {
+            assert!(
+                runqueue_wait(tid).is_some(),
+                "schedstat unread for this thread"
+            );
+        }
     }
 }
