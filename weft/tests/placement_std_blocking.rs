@@ -11,17 +11,10 @@
 //! Both block a worker thread (README, "Pitfalls"), and both work with a second worker to run
 //! the new task. A watchdog aborts the process if either hangs.
 
+mod common;
+
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// Aborts the process with `what` if it still runs in 60 s.
-fn watchdog(what: &'static str) {
-    std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs(60));
-        eprintln!("placement_std_blocking: {what} hung for 60 s");
-        std::process::abort();
-    });
-}
 
 /// From a task: leaves this task's worker with far fewer live tasks than the other worker.
 /// Spawns tasks that park, then ends those that started on this worker; returns the rest.
@@ -71,7 +64,7 @@ fn release(handles: Vec<weft::JoinHandle<()>>) {
 
 /// Runs `f` in a task whose worker is behind the other (`fall_behind`), under a watchdog.
 fn on_a_worker_that_is_behind(what: &'static str, f: impl FnOnce() + Send + 'static) {
-    watchdog(what);
+    let _done = common::watchdog(what, 60);
     let rt = weft::Runtime::builder().workers(2).build().unwrap();
     rt.block_on(|| {
         let handles = fall_behind();

@@ -125,31 +125,16 @@ fn observe(
         std::thread::sleep(window_start.saturating_duration_since(Instant::now()));
         let cpu0 = crate::cpu_time();
         let w0 = Instant::now();
-        // (when the background work was last seen moving, its count then)
-        let mut quiet_since = background.map(|count| (Instant::now(), count()));
-        let mut settled_at = None;
-        while let Some((since, last)) = quiet_since {
-            if Instant::now() + SETTLE_POLL >= window_end {
-                break;
-            }
-            std::thread::sleep(SETTLE_POLL);
-            let now = background.map_or(last, |count| count());
-            if now != last {
-                quiet_since = Some((Instant::now(), now));
-            } else if since.elapsed() >= SETTLE_QUIET {
-                settled_at = Some((Instant::now(), crate::cpu_time(), w0.elapsed()));
-                quiet_since = None;
-            }
-        }
+        let settled_at = background.and_then(|count| settle(count, window_end));
         std::thread::sleep(window_end.saturating_duration_since(Instant::now()));
         let cpu1 = crate::cpu_time();
         idle = Some((cpu1 - cpu0).as_secs_f64() * 1e3 / w0.elapsed().as_secs_f64());
-        if let Some((at, cpu, after)) = settled_at {
+        if let Some((at, cpu)) = settled_at {
             let span = at.elapsed();
             if span >= Duration::from_millis(100) {
                 settled = Some((
                     (cpu1 - cpu).as_secs_f64() * 1e3 / span.as_secs_f64(),
-                    after.as_secs_f64() * 1e3,
+                    (at - w0).as_secs_f64() * 1e3,
                 ));
             }
         }
@@ -173,6 +158,23 @@ fn observe(
         v["settled_after_ms"] = json!(after_ms);
     }
     v
+}
+
+/// Waits until `count` (the runtime's background work) has not moved for [`SETTLE_QUIET`],
+/// polling it every [`SETTLE_POLL`]; returns when that was and the process's CPU time then,
+/// or `None` if it still moved at `until`.
+fn settle(count: &dyn Fn() -> u64, until: Instant) -> Option<(Instant, Duration)> {
+    let (mut since, mut last) = (Instant::now(), count());
+    while Instant::now() + SETTLE_POLL < until {
+        std::thread::sleep(SETTLE_POLL);
+        let now = count();
+        if now != last {
+            (since, last) = (Instant::now(), now);
+        } else if since.elapsed() >= SETTLE_QUIET {
+            return Some((Instant::now(), crate::cpu_time()));
+        }
+    }
+    None
 }
 
 /// How often `observe` looks at the runtime's background work.

@@ -942,13 +942,18 @@ impl Worker {
     /// resumes the tasks that yielded, so that a spawning task's worker keeps its share of
     /// what it spawns ([`Self::defers_to`]).
     fn behind_another_worker(&self) -> bool {
+        self.another_worker()
+            .is_some_and(|other| lasting_load(&self.remote) + BALANCE_SLACK < lasting_load(other))
+    }
+
+    /// Another worker than this one, a different one each tick; `None` if there is none.
+    fn another_worker(&self) -> Option<&Arc<Remote>> {
         let remotes = &self.shared.remotes;
         if remotes.len() < 2 {
-            return false;
+            return None;
         }
         let offset = 1 + self.tick.get() as usize % (remotes.len() - 1);
-        let other = &remotes[(self.index + offset) % remotes.len()];
-        lasting_load(&self.remote) + BALANCE_SLACK < lasting_load(other)
+        Some(&remotes[(self.index + offset) % remotes.len()])
     }
 
     /// Another worker with [`BALANCE_SLACK`] fewer live tasks than this one, if the one this
@@ -960,16 +965,11 @@ impl Worker {
     /// new tasks by the number already living on each worker balances the lasting kind. Go
     /// needs no such rule because its scheduler moves goroutines at any time.
     fn less_loaded_worker(&self) -> Option<&Arc<Remote>> {
-        let remotes = &self.shared.remotes;
-        if remotes.len() < 2 {
-            return None;
-        }
         let mine = self.remote.live.load(Ordering::Relaxed);
         if mine < BALANCE_SLACK {
             return None;
         }
-        let offset = 1 + self.tick.get() as usize % (remotes.len() - 1);
-        let other = &remotes[(self.index + offset) % remotes.len()];
+        let other = self.another_worker()?;
         (other.live.load(Ordering::Relaxed) + BALANCE_SLACK < mine).then_some(other)
     }
 
