@@ -13,10 +13,10 @@
 //!    needs (idle.rs: a notify between "about to sleep" and the wait ends that wait). Its
 //!    counter would need 2^64 − 1 notifies to fill.
 //! 2. A timed wait is one `epoll_pwait2` (nanosecond timeout, Linux ≥ 5.11). The kernel
-//!    wakes it up to the thread's timer slack late (50 µs by default, or 0.1 % of the
-//!    timeout when that is more), which batches the wakes of timers that fall close together;
-//!    so a wait longer than [`LONG_WAIT`] asks for 0.1 % less and the worker, woken that
-//!    little early, waits again for the rest with the short slack. Where `epoll_pwait2` is
+//!    wakes it up to the thread's timer slack late (`RuntimeBuilder::timer_slack`, 10 µs by
+//!    default, or 0.1 % of the timeout when that is more), which batches the wakes of timers
+//!    that fall close together; so a wait longer than [`LONG_WAIT`] asks for 0.1 % less and
+//!    the worker, woken that little early, waits again for the rest with the short slack. Where `epoll_pwait2` is
 //!    missing (ENOSYS) or refused (EPERM from a seccomp filter), `epoll_wait` with the timeout
 //!    rounded up to a whole millisecond: timers are then up to a millisecond late.
 //!
@@ -39,8 +39,9 @@ use std::time::Duration;
 pub(crate) const NOTIFY_KEY: u64 = u64::MAX;
 
 /// Waits longer than this ask for 0.1 % less (invariant 2): beyond it the kernel's slack
-/// estimate (0.1 % of the timeout) exceeds its default 50 µs.
-const LONG_WAIT: Duration = Duration::from_millis(50);
+/// estimate (0.1 % of the timeout) exceeds any timer slack of 1 µs or more. The price is a
+/// second, short wait after each long one.
+const LONG_WAIT: Duration = Duration::from_millis(1);
 
 /// Set once `epoll_pwait2` failed with ENOSYS or EPERM (invariant 2).
 static NO_PWAIT2: AtomicBool = AtomicBool::new(false);

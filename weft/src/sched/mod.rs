@@ -70,6 +70,6 @@ mod runtime;
 #[cfg(not(loom))]
 pub use monitor::{MonitorReport, StuckActivity};
 #[cfg(not(loom))]
-pub use runtime::{EnterGuard, Handle, Runtime, RuntimeBuilder};
+pub use runtime::{EnterGuard, Handle, Runtime, RuntimeBuilder, DEFAULT_TIMER_SLACK};
 #[cfg(not(loom))]
 pub(crate) use runtime::{Remote, Shared};

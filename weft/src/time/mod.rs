@@ -11,8 +11,8 @@
 //!    deadline fired or something else woke it: waits that end early leave nothing behind.
 //! 2. An idle worker sleeps in its poller with the next deadline as timeout; a busy one checks
 //!    its deadlines every 61 tasks and whenever it runs out of work. A sleep ends at or after
-//!    its deadline, by up to the kernel's timer slack for the worker's thread (50 µs unless
-//!    set with `RuntimeBuilder::timer_slack`; sched/epoll.rs invariant 2):
+//!    its deadline, by up to the timer slack of the worker's thread (10 µs unless set with
+//!    `RuntimeBuilder::timer_slack`; sched/epoll.rs invariant 2):
 //!    deadlines that fall within it share one wake-up of the worker. An idle worker also
 //!    restores the compacted stacks of tasks due within 500 µs, so their wakes do not wait
 //!    for it (sched/worker.rs `restore_due_soon`).
