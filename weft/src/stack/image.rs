@@ -16,13 +16,20 @@
 //! Invariants:
 //! 1. A page's count is the number of live images that overlap it, plus one while it is the
 //!    page a thread's run will carve its next image from (the *hold*).
-//! 2. A run is carved front to back only, by its one thread, and is never carved again once
-//!    left: a page behind every cursor gets no new image. So a page whose count falls to zero
-//!    holds nothing live and never will again; exactly one thread — the one whose decrement
-//!    reached zero — releases it.
+//! 2. A run is carved front to back only, by its one thread, and is not carved again once
+//!    left until it is recycled (invariant 4): a page behind every cursor gets no new image.
+//!    So a page whose count falls to zero holds nothing live until then; exactly one thread —
+//!    the one whose decrement reached zero — releases it.
 //! 3. An image is written by the thread that allocated it before `compact.rs` publishes it
 //!    (its invariant 3d, a Release store) and read by whoever restores it before [`free`];
 //!    the decrement in `free` is AcqRel, so the reads are done before any release of the page.
+//! 4. A run's count is the number of images that start in it, plus one while it is a
+//!    thread's current run. A thread that empties pages puts the count of their images' run
+//!    only after it has released those pages (`Cursor::pending_runs`), so the put that brings
+//!    a run's count to zero finds every page of the run empty and released; that thread
+//!    recycles the run (`Frontier::free`), and only then may it be carved again. Without it,
+//!    a server whose tasks are compacted and restored over and over would carve address space
+//!    without end and abort when the segments ran out.
 //!
 //! May call: `region.rs`, `page_count.rs`, libc. Called by: `compact.rs`.
 //!
@@ -73,6 +80,8 @@ const SEGMENT_MASK: u32 = (1 << SEGMENT_BITS) - 1;
 struct Segment {
     base: usize,
     counts: Box<[PageCount]>,
+    /// A count per [`RUN_BYTES`] of the segment, used at each run's first (invariant 4).
+    runs: Box<[PageCount]>,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -80,8 +89,19 @@ const NO_SEGMENT: AtomicPtr<Segment> = AtomicPtr::new(ptr::null_mut());
 /// Segments by index; an entry is set once, before any image in it exists, and never freed.
 static SEGMENTS: [AtomicPtr<Segment>; MAX_SEGMENTS] = [NO_SEGMENT; MAX_SEGMENTS];
 
-/// Where the next run starts: (segment index, offset in it); `None` before the first.
-static FRONTIER: Mutex<Option<(u32, usize)>> = Mutex::new(None);
+/// Where runs come from.
+struct Frontier {
+    /// Where the next new run starts: (segment index, offset in it); `None` before the first.
+    next: Option<(u32, usize)>,
+    /// Recycled runs (invariant 4) as (segment index, address), by length: entry `u - 1`
+    /// holds runs of `u` × [`RUN_BYTES`].
+    free: Vec<Vec<(u32, usize)>>,
+}
+
+static FRONTIER: Mutex<Frontier> = Mutex::new(Frontier {
+    next: None,
+    free: Vec::new(),
+});
 
 fn segment(index: u32) -> &'static Segment {
     let segment = SEGMENTS[index as usize].load(Ordering::Acquire);
@@ -90,10 +110,15 @@ fn segment(index: u32) -> &'static Segment {
     unsafe { &*segment }
 }
 
-/// Takes `len` bytes (a multiple of the page size, at most a segment) from the frontier.
-fn take_run(len: usize) -> (u32, usize) {
+/// Takes a run of `units` × [`RUN_BYTES`] (at most a segment): a recycled one if there is
+/// one of that length, else the frontier's next.
+fn take_run(units: usize) -> (u32, usize) {
+    let len = units * RUN_BYTES;
     let mut frontier = FRONTIER.lock().unwrap_or_else(|e| e.into_inner());
-    let (index, offset) = match *frontier {
+    if let Some(run) = frontier.free.get_mut(units - 1).and_then(Vec::pop) {
+        return run;
+    }
+    let (index, offset) = match frontier.next {
         Some((index, offset)) if offset + len <= SEGMENT_BYTES => (index, offset),
         previous => {
             let index = previous.map_or(0, |(index, _)| index + 1);
@@ -109,13 +134,35 @@ fn take_run(len: usize) -> (u32, usize) {
             let segment = Box::new(Segment {
                 base: base as usize,
                 counts: (0..pages).map(|_| PageCount::default()).collect(),
+                runs: (0..SEGMENT_BYTES / RUN_BYTES)
+                    .map(|_| PageCount::default())
+                    .collect(),
             });
             SEGMENTS[index as usize].store(Box::into_raw(segment), Ordering::Release);
             (index, 0)
         }
     };
-    *frontier = Some((index, offset + len));
+    frontier.next = Some((index, offset + len));
     (index, segment(index).base + offset)
+}
+
+/// The count of the run that `addr` (an image's start) lies in (invariant 4).
+fn run_count(segment: &Segment, addr: usize) -> &PageCount {
+    &segment.runs[(addr - segment.base) / RUN_BYTES]
+}
+
+/// One count less on the run of the image at `addr`; the put that leaves it at zero recycles
+/// it (invariant 4: its pages are all empty and released by then).
+fn put_run(index: u32, addr: usize, units: usize) {
+    let segment = segment(index);
+    if run_count(segment, addr).put() {
+        let start = segment.base + (addr - segment.base) / RUN_BYTES * RUN_BYTES;
+        let mut frontier = FRONTIER.lock().unwrap_or_else(|e| e.into_inner());
+        if frontier.free.len() < units {
+            frontier.free.resize_with(units, Vec::new);
+        }
+        frontier.free[units - 1].push((index, start));
+    }
 }
 
 /// This thread's run and its emptied pages.
@@ -128,16 +175,51 @@ struct Cursor {
     emptied: Vec<(usize, usize)>,
     /// When `emptied` last went from empty to not: how long its oldest page has waited.
     emptied_since: Option<Instant>,
+    /// Run counts to put once `emptied` is released (invariant 4): (segment index, address
+    /// in the run, its length in units).
+    pending_runs: Vec<(u32, usize, usize)>,
+}
+
+impl Cursor {
+    /// Lets go of the current run, if any: its held page, then its run count (invariant 4).
+    fn leave_run(&mut self) {
+        if self.end == 0 {
+            return;
+        }
+        let (segment, run) = (self.segment, self.end - RUN_BYTES);
+        let mut emptied = false;
+        if self.held != 0 {
+            let held = self.held;
+            self.held = 0;
+            emptied = unhold(segment, held, &mut self.emptied);
+        }
+        self.at = 0;
+        self.end = 0;
+        self.put_run_after_release(segment, run, 1, emptied);
+    }
+
+    /// Puts a run count now, or after the next release when the caller emptied pages of it.
+    fn put_run_after_release(&mut self, segment: u32, addr: usize, units: usize, emptied: bool) {
+        if emptied {
+            self.pending_runs.push((segment, addr, units));
+        } else {
+            put_run(segment, addr, units);
+        }
+    }
+
+    /// Releases the emptied pages, then puts the run counts that waited for it.
+    fn release(&mut self) {
+        release(&mut self.emptied);
+        for (segment, addr, units) in std::mem::take(&mut self.pending_runs) {
+            put_run(segment, addr, units);
+        }
+    }
 }
 
 impl Drop for Cursor {
     fn drop(&mut self) {
-        if self.held != 0 {
-            let (segment, held) = (self.segment, self.held);
-            self.held = 0;
-            unhold(segment, held, &mut self.emptied);
-        }
-        release(&mut self.emptied);
+        self.leave_run();
+        self.release();
     }
 }
 
@@ -150,6 +232,7 @@ thread_local! {
             held: 0,
             emptied: Vec::new(),
             emptied_since: None,
+            pending_runs: Vec::new(),
         })
     };
 }
@@ -165,25 +248,26 @@ fn pages(start: usize, end: usize) -> impl Iterator<Item = usize> {
 }
 
 /// One count less for each page of `[start, end)`; pages that reach zero go to `emptied`.
-fn put(index: u32, start: usize, end: usize, emptied: &mut Vec<(usize, usize)>) {
+/// True if any did.
+fn put(index: u32, start: usize, end: usize, emptied: &mut Vec<(usize, usize)>) -> bool {
     let segment = segment(index);
     let page = region::page_size();
+    let mut any = false;
     for at in pages(start, end) {
         // The reads of whoever freed before us are done before the release (3).
         if count(segment, at).put() {
+            any = true;
             match emptied.last_mut() {
                 Some((start, len)) if *start + *len == at => *len += page,
                 _ => emptied.push((at, page)),
             }
         }
     }
-    if emptied.len() >= RELEASE_BATCH {
-        release(emptied);
-    }
+    any
 }
 
-fn unhold(index: u32, page_addr: usize, emptied: &mut Vec<(usize, usize)>) {
-    put(index, page_addr, page_addr + 1, emptied);
+fn unhold(index: u32, page_addr: usize, emptied: &mut Vec<(usize, usize)>) -> bool {
+    put(index, page_addr, page_addr + 1, emptied)
 }
 
 fn release(emptied: &mut Vec<(usize, usize)>) {
@@ -198,12 +282,11 @@ fn release(emptied: &mut Vec<(usize, usize)>) {
 /// [`HEADER`] bytes in (see [`parts`]).
 pub(crate) fn alloc(len: usize) -> *mut u8 {
     let need = (HEADER + len).next_multiple_of(8);
-    let page = region::page_size();
     let (index, at) = if need > LARGE {
-        // A run of its own: one count on each of its pages, no hold.
-        let run = need.next_multiple_of(page);
-        let (index, start) = take_run(run);
+        // A run of its own: one count on each of its pages and on the run, no hold.
+        let (index, start) = take_run(need.div_ceil(RUN_BYTES));
         let segment = segment(index);
+        run_count(segment, start).take();
         for at in pages(start, start + need) {
             count(segment, at).take();
         }
@@ -223,21 +306,20 @@ pub(crate) fn alloc(len: usize) -> *mut u8 {
 /// Carves `need` bytes from this thread's run, taking a new run when it is full.
 fn carve(cursor: &mut Cursor, need: usize) -> (u32, usize) {
     if cursor.at + need > cursor.end {
-        if cursor.held != 0 {
-            let (segment, held) = (cursor.segment, cursor.held);
-            cursor.held = 0;
-            unhold(segment, held, &mut cursor.emptied);
-        }
-        let (index, start) = take_run(RUN_BYTES);
+        cursor.leave_run();
+        let (index, start) = take_run(1);
         cursor.segment = index;
         cursor.at = start;
         cursor.end = start + RUN_BYTES;
-        count(segment(index), start).take();
+        let segment = segment(index);
+        run_count(segment, start).take();
+        count(segment, start).take();
         cursor.held = start;
     }
     let segment = segment(cursor.segment);
     let start = cursor.at;
     let end = start + need;
+    run_count(segment, start).take();
     for at in pages(start, end) {
         count(segment, at).take();
     }
@@ -309,7 +391,13 @@ pub(crate) unsafe fn free(image: *mut u8) {
         )
     };
     let start = image as usize;
-    let end = start + (HEADER + len).next_multiple_of(8);
+    let need = (HEADER + len).next_multiple_of(8);
+    let end = start + need;
+    let units = if need > LARGE {
+        need.div_ceil(RUN_BYTES)
+    } else {
+        1
+    };
     let freed = CURSOR.try_with(|cursor| {
         let mut cursor = cursor.borrow_mut();
         if cursor.emptied.capacity() == 0 {
@@ -319,9 +407,13 @@ pub(crate) unsafe fn free(image: *mut u8) {
             cursor.emptied.reserve_exact(2 * RELEASE_BATCH);
         }
         let was_empty = cursor.emptied.is_empty();
-        put(index, start, end, &mut cursor.emptied);
+        let emptied = put(index, start, end, &mut cursor.emptied);
+        cursor.put_run_after_release(index, start, units, emptied);
         if was_empty && !cursor.emptied.is_empty() {
             cursor.emptied_since = Some(Instant::now());
+        }
+        if cursor.emptied.len() >= RELEASE_BATCH {
+            cursor.release();
         }
     });
     if freed.is_err() {
@@ -329,6 +421,7 @@ pub(crate) unsafe fn free(image: *mut u8) {
         let mut emptied = Vec::new();
         put(index, start, end, &mut emptied);
         release(&mut emptied);
+        put_run(index, start, units);
     }
 }
 
@@ -336,7 +429,7 @@ pub(crate) unsafe fn free(image: *mut u8) {
 pub(crate) fn release_emptied() {
     let _ = CURSOR.try_with(|cursor| {
         if let Ok(mut cursor) = cursor.try_borrow_mut() {
-            release(&mut cursor.emptied);
+            cursor.release();
         }
     });
 }
@@ -360,7 +453,7 @@ pub(crate) fn release_emptied_before_sleep(sleep: Option<Duration>) {
         // Pages a new run's hold let go of (`unhold`) start their wait here.
         let since = *cursor.emptied_since.get_or_insert_with(Instant::now);
         if sleep.is_none_or(|s| s >= RELEASE_SLEEP) || since.elapsed() >= RELEASE_AGE {
-            release(&mut cursor.emptied);
+            cursor.release();
             cursor.emptied_since = None;
         }
     });
@@ -448,6 +541,44 @@ mod tests {
             // SAFETY: allocated by `fill_past_a_page`, freed once.
             unsafe { free(image) };
         }
+    }
+
+    /// Where the frontier stands, in bytes carved from the start of the first segment.
+    fn frontier_bytes() -> usize {
+        let frontier = FRONTIER.lock().unwrap();
+        frontier
+            .next
+            .map_or(0, |(index, offset)| index as usize * SEGMENT_BYTES + offset)
+    }
+
+    #[test]
+    fn address_space_of_freed_images_is_carved_again() {
+        // A server whose tasks are compacted and restored over and over carves images without
+        // end; runs whose images are all gone must be reused, or the segments run out and the
+        // process aborts (4096 segments: ≈10 hours of 10,000 compactions a second).
+        std::thread::spawn(|| {
+            let before = frontier_bytes();
+            let mut carved = 0usize;
+            for round in 0..40 {
+                let sizes = [700usize, 1500, 300, LARGE + 100];
+                let images: Vec<*mut u8> = (0..2_000).map(|i| alloc(sizes[i % 4])).collect();
+                for (i, &image) in images.iter().enumerate() {
+                    // SAFETY: just allocated with this many bytes of contents.
+                    unsafe { std::ptr::write_bytes(parts(image).1, round as u8, sizes[i % 4]) };
+                    carved += sizes[i % 4];
+                }
+                free_each(images);
+                release_emptied();
+            }
+            // Other tests carve meanwhile (the frontier is shared): allow them a few MiB.
+            let grown = frontier_bytes() - before;
+            assert!(
+                grown < carved / 8,
+                "the frontier grew by {grown} bytes for {carved} carved and freed"
+            );
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]
