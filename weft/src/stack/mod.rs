@@ -77,6 +77,7 @@ mod region;
 mod uffd;
 
 pub use compact::{counters, mode, Counters, StackMode, StackPolicy, DEFAULT_STACK_BATCH};
+pub(crate) use image::{alloc_cell, free_cell};
 pub use region::guards_are_markers;
 #[allow(unused_imports)] // used by `weft::metrics`
 pub(crate) use region::regions;

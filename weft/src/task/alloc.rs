@@ -1,10 +1,10 @@
-//! Cell memory: per-thread caches of task-cell blocks by size class, over the global allocator.
+//! Cell memory: per-thread caches of task-cell blocks by size class, over the cell arena.
 //!
 //! ```text
 //!   allocate(class c): this thread's loaded list ─empty─► its spare list ─empty─► a batch
-//!                      from the depot ─empty─► std::alloc
+//!                      from the depot ─empty─► the cell arena (stack/image.rs)
 //!   free(block of c):  this thread's loaded list ─full (BATCH)─► it becomes the spare; a full
-//!                      spare goes to the depot ─depot full─► std::dealloc, block by block
+//!                      spare goes to the depot ─depot full─► the arena, block by block
 //!   a free block:  ┌ next ─┬──────── unused ────────┐   (class c: (c + 1) × GRANULE bytes)
 //!                  └───────┴────────────────────────┘
 //! ```
@@ -14,20 +14,21 @@
 //! lists, and its length `DEPOT_LEN`).
 //!
 //! Invariants:
-//! 1. Every block of class `c` — in use, in a cache or in the depot — was allocated by
-//!    `std::alloc::alloc` with `class_layout(c)`, whichever thread did it; so any thread may
-//!    reuse it, and any may give it back with `std::alloc::dealloc` and that layout.
+//! 1. Every block of class `c` — in use, in a cache or in the depot — was carved by
+//!    `stack::alloc_cell` with the size of `class_layout(c)`, whichever thread did it; so any
+//!    thread may reuse it, and any may give it back with `stack::free_cell` and that size.
 //! 2. A block in a free list holds no live value and is owned by that list alone; its first
 //!    word is the link to the next block of the list (null at the end).
 //! 3. A thread's `CACHE` is touched only by that thread; the depot only under its lock, which
 //!    also orders a block's last use on the thread that freed it before its reuse on another.
 //!    `DEPOT_LEN` is a hint (written under the lock, read without it).
 //! 4. A thread's cache holds at most `2 × BATCH` blocks per class, the depot at most
-//!    `DEPOT_BATCHES` batches per class: more is given back to the global allocator. What
-//!    the depot holds over `DEPOT_KEEP` batches goes back too, step by step, when workers go
-//!    idle ([`trim_idle`]).
+//!    `DEPOT_BATCHES` batches per class: more is given back to the arena. What the depot
+//!    holds over `DEPOT_KEEP` batches goes back too, step by step, when workers go idle
+//!    ([`trim_idle`]).
 //!
-//! May call: `std::alloc`. Called by: `task/cell.rs` (allocate and free a cell), `sched/worker.rs`
+//! May call: `stack` (the cell arena), `std::alloc` (layouts it does not cache). Called by:
+//! `task/cell.rs` (allocate and free a cell), `sched/worker.rs`
 //! (`trim_idle`, when a worker goes idle).
 //!
 //! Why: a task's cell is allocated by the thread that spawns it and freed by the thread that
@@ -40,10 +41,12 @@
 //! [`BATCH`] cells on each side. This is Go's scheme for dead goroutines (per-P `gFree` lists
 //! over a global one, moved in batches), not mimalloc's (blocks go back to the thread that
 //! owns their page): cells have few sizes and any thread may reuse any of them, so there is
-//! no owner to send a remote free to. A library cannot set the global allocator, so this sits
-//! on top of it; cells above [`MAX_CACHED`] bytes or aligned above [`ALIGN`] go straight to
-//! it. Memory is never returned to the global allocator except past the bounds of
-//! invariant 4, and when a thread exits its cache moves to the depot (or the allocator).
+//! no owner to send a remote free to. A library cannot set the global allocator; cells above
+//! [`MAX_CACHED`] bytes or aligned above [`ALIGN`] go straight to it, the others come from
+//! the cell arena (stack/image.rs, which says why not from malloc). Memory goes back to the
+//! arena only past the bounds of invariant 4, and when a thread exits its cache moves to the
+//! depot (or the arena); the arena gives a page back to the kernel once no block on it is
+//! left.
 
 use std::alloc::Layout;
 use std::cell::RefCell;
@@ -125,11 +128,11 @@ impl List {
         Some(block.cast())
     }
 
-    /// Gives every block back to the global allocator.
+    /// Gives every block back to the arena.
     fn release(mut self, class: usize) {
         while let Some(block) = self.pop() {
-            // SAFETY: invariant 1: allocated with this layout; the list owned it.
-            unsafe { std::alloc::dealloc(block.as_ptr(), class_layout(class)) };
+            // SAFETY: invariant 1: a block of this class; the list owned it.
+            unsafe { free_block(block, class) };
         }
     }
 }
@@ -251,7 +254,7 @@ pub(crate) fn allocate(layout: Layout) -> NonNull<u8> {
 }
 
 /// `allocate` when the loaded list is empty: the spare list, a batch from the depot, or the
-/// global allocator.
+/// cell arena.
 #[inline(never)]
 fn allocate_slow(class: usize) -> NonNull<u8> {
     let cached = CACHE
@@ -272,7 +275,7 @@ fn allocate_slow(class: usize) -> NonNull<u8> {
         })
         .ok()
         .flatten();
-    cached.unwrap_or_else(|| system_alloc(class_layout(class)))
+    cached.unwrap_or_else(|| new_block(class))
 }
 
 /// Frees a block from [`allocate`]; inlined like it, the rest is `free_slow`.
@@ -331,9 +334,23 @@ unsafe fn free_slow(block: NonNull<u8>, class: usize) {
         true
     });
     if kept != Ok(true) {
-        // SAFETY: invariant 1: every block of the class has the class layout.
-        unsafe { std::alloc::dealloc(block.as_ptr(), class_layout(class)) };
+        // SAFETY: the caller's contract: a block of this class, no longer used.
+        unsafe { free_block(block, class) };
     }
+}
+
+/// A new block of `class` from the cell arena (invariant 1).
+fn new_block(class: usize) -> NonNull<u8> {
+    crate::stack::alloc_cell(class_layout(class).size())
+}
+
+/// Gives a block of `class` back to the cell arena.
+///
+/// # Safety
+/// `block` is a block of `class` (invariant 1) that nothing uses any more.
+unsafe fn free_block(block: NonNull<u8>, class: usize) {
+    // SAFETY: the caller's contract; invariant 1: the arena gave it with the class size.
+    unsafe { crate::stack::free_cell(block, class_layout(class).size()) };
 }
 
 fn system_alloc(layout: Layout) -> NonNull<u8> {
@@ -479,7 +496,7 @@ mod tests {
             let mut list = List::EMPTY;
             for _ in 0..BATCH {
                 // SAFETY: a fresh block of this class, ours.
-                unsafe { list.push(system_alloc(class_layout(class))) };
+                unsafe { list.push(new_block(class)) };
             }
             depot_put(class, list);
         }
