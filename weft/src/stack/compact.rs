@@ -1,5 +1,5 @@
 //! Giving a parked task's stack memory back: *reclaim* (the pages below its stack pointer)
-//! and *compaction* (its live bytes copied to an image, `image.rs`, every page of its slot
+//! and *compaction* (its live bytes copied to an image, `arena.rs`, every page of its slot
 //! released).
 //!
 //! Owns: the per-slot table of compacted images (one pointer per slot, kept next to each
@@ -114,7 +114,7 @@
 //! a `madvise` per such slot, ≈1 s in a child of a process that compacted a million tasks.
 //! The child then runs without compaction.
 //!
-//! May call: `uffd.rs`, `region.rs`, `image.rs`, libc. Called by: `sched` (worker hooks), `task`.
+//! May call: `uffd.rs`, `region.rs`, `arena.rs`, libc. Called by: `sched` (worker hooks), `task`.
 //!
 //! Why not the alternatives, measured here: guard markers with a SIGSEGV handler are not
 //! atomic (a third thread can fault in a zero page between the marker's removal and the copy)
@@ -696,9 +696,9 @@ extern "C" fn fork_child() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Images: one per compacted task, in `image.rs`.
+// Images: one per compacted task, in `arena.rs`.
 
-use super::image::{
+use super::arena::{
     alloc as image_alloc, depth as image_depth, free as image_free, parts as image_parts,
     set_depth as image_set_depth,
 };
@@ -938,7 +938,7 @@ pub(crate) fn serve_fault(addr: usize, write_protected: bool, tid: u32, scratch:
     if !image.is_null() {
         // SAFETY: unpublished by `restore_locked`.
         unsafe { image_free(image) };
-        super::image::release_emptied();
+        super::arena::release_emptied();
     }
 }
 

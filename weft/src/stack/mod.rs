@@ -2,7 +2,8 @@
 //!
 //! Owns: the size classes, the process-wide pool of slots of each class (warm, cold, and the
 //! batch waiting to be released), the stack-overflow handler (`overflow.rs`), and the
-//! shrinking of parked tasks' stacks (`compact.rs`, on `uffd.rs`, images in `image.rs`).
+//! shrinking of parked tasks' stacks (`compact.rs`, on `uffd.rs`, images in `arena.rs`),
+//! and the page-counted arena task cells are carved from (`arena.rs`, for `task/alloc.rs`).
 //!
 //! ```text
 //!   one region (mmap, MAP_NORESERVE, 32 GiB) per size class, carved into slots:
@@ -55,7 +56,7 @@
 //! A parked task needs only its live frames: a few hundred bytes at the top of its slot. Its
 //! worker gives the rest back in steps between tasks, as [`StackPolicy`] says: *reclaim*
 //! drops the pages below the task's stack pointer; *compaction* copies the live bytes into an
-//! exact-size image (`image.rs`) and releases the whole slot, guard marker included, so that
+//! exact-size image (`arena.rs`) and releases the whole slot, guard marker included, so that
 //! whole 2 MiB windows of parked slots also give back their page-table page. Measured here
 //! (`examples/million.rs --settle-ms`, `weft-bench probe`): a million idle tasks settle from 4,850 to 732 B each
 //! (RSS + page tables), and as low once they had used 8 or 64 KiB of stack. Compaction is
@@ -69,15 +70,15 @@
 //! `!Send` values (an `Rc`, a `std::sync::MutexGuard`) and thread-local borrows stay on their
 //! thread across a park. What may not: a borrow of another task's stack.
 
+mod arena;
 mod compact;
-mod image;
 mod overflow;
 mod page_count;
 mod region;
 mod uffd;
 
+pub(crate) use arena::{alloc_cell, free_cell};
 pub use compact::{counters, mode, Counters, StackMode, StackPolicy, DEFAULT_STACK_BATCH};
-pub(crate) use image::{alloc_cell, free_cell};
 pub use region::guards_are_markers;
 #[allow(unused_imports)] // used by `weft::metrics`
 pub(crate) use region::regions;
@@ -475,9 +476,9 @@ pub(crate) fn trim_idle() -> Option<Duration> {
 
 /// For a worker about to sleep for `sleep` (`None`: until woken): gives back the pages of
 /// compacted stacks' images that restores emptied, unless the sleep is short and they are
-/// few and recent (image.rs, `release_emptied_before_sleep`).
+/// few and recent (arena.rs, `release_emptied_before_sleep`).
 pub(crate) fn release_emptied_images(sleep: Option<Duration>) {
-    image::release_emptied_before_sleep(sleep);
+    arena::release_emptied_before_sleep(sleep);
 }
 
 /// A worker's own last-in-first-out cache of warm slots, touched by that worker only.

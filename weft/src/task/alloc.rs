@@ -2,7 +2,7 @@
 //!
 //! ```text
 //!   allocate(class c): this thread's loaded list ─empty─► its spare list ─empty─► a batch
-//!                      from the depot ─empty─► the cell arena (stack/image.rs)
+//!                      from the depot ─empty─► the cell arena (stack/arena.rs)
 //!   free(block of c):  this thread's loaded list ─full (BATCH)─► it becomes the spare; a full
 //!                      spare goes to the depot ─depot full─► the arena, block by block
 //!   a free block:  ┌ next ─┬──────── unused ────────┐   (class c: (c + 1) × GRANULE bytes)
@@ -43,7 +43,7 @@
 //! owns their page): cells have few sizes and any thread may reuse any of them, so there is
 //! no owner to send a remote free to. A library cannot set the global allocator; cells above
 //! [`MAX_CACHED`] bytes or aligned above [`ALIGN`] go straight to it, the others come from
-//! the cell arena (stack/image.rs, which says why not from malloc). Memory goes back to the
+//! the cell arena (stack/arena.rs, which says why not from malloc). Memory goes back to the
 //! arena only past the bounds of invariant 4, and when a thread exits its cache moves to the
 //! depot (or the arena); the arena gives a page back to the kernel once no block on it is
 //! left.

@@ -1,7 +1,7 @@
 //! stack/page_count.rs: of the threads that let go of a page of stack images — the thread
 //! that carved it, moving on, and the threads that free its images — exactly one sees it
 //! empty, and it sees every other thread's accesses to the page done; and a run of pages is
-//! carved again only after every page of it has been released (image.rs invariant 4).
+//! carved again only after every page of it has been released (arena.rs invariant 4).
 
 use loom::cell::UnsafeCell;
 use loom::sync::Arc;
@@ -59,7 +59,7 @@ fn loom_image_page_is_released_once_after_every_user() {
     });
 }
 
-/// A run of two pages, one image on each (image.rs invariant 4): each restore frees its image,
+/// A run of two pages, one image on each (arena.rs invariant 4): each restore frees its image,
 /// releases its page if it emptied it and only then puts the run's count; whoever brings the
 /// run to zero recycles it and carves it again. Loom flags a release that could race with the
 /// new carving, and the new bytes must be what is left.
