@@ -1224,6 +1224,7 @@ impl ParkedStacks {
             self.queue.push_back((index, now));
         }
         if !reclaim.is_empty() {
+            reclaim.sort_unstable();
             let released = region::release_resident(&reclaim);
             add(&RECLAIMED_BYTES, released as u64);
         }
