@@ -16,9 +16,10 @@
 //!    wakes it up to the thread's timer slack late (`RuntimeBuilder::timer_slack`, 10 µs by
 //!    default, or 0.1 % of the timeout when that is more), which batches the wakes of timers
 //!    that fall close together; so a wait longer than [`LONG_WAIT`] asks for 0.1 % less and
-//!    the worker, woken that little early, waits again for the rest with the short slack. Where `epoll_pwait2` is
-//!    missing (ENOSYS) or refused (EPERM from a seccomp filter), `epoll_wait` with the timeout
-//!    rounded up to a whole millisecond: timers are then up to a millisecond late.
+//!    the worker, woken that little early, waits again for the rest with the short slack.
+//!    Where `epoll_pwait2` is missing (ENOSYS) or refused (EPERM from a seccomp filter),
+//!    `epoll_wait` with the timeout rounded up to a whole millisecond: timers are then up to
+//!    a millisecond late.
 //!
 //! May call: libc. Called by: `sched/io.rs`.
 //!

@@ -191,13 +191,13 @@ fn record(site: &'static Location<'static>, slot: &Slot) {
 
 /// How deep a worker prefills a fresh slot (`Slot::prepare`) for a task of a given spawn site
 /// (keyed by [`site_key`]): the shallower of the depths in pages that the last two
-/// compactions of tasks of that kind found resident, so that in a burst of tasks that each run 64 KiB deep the first
-/// growth faults are not a few trips to the fault thread each (measured: 100K such tasks
-/// spawned until parked took 6.2–6.6 s, three trips a task). The shallower of two, not the
-/// last: one task that once ran deep (say 250 KiB, in its setup) must not make every fresh
-/// slot of a burst of shallow ones take 250 KiB. Touched by its worker only. A direct-mapped
-/// table: two kinds that share an entry take turns, and a miss prefills one page, as
-/// without it.
+/// compactions of tasks of that kind found resident, so that in a burst of tasks that each
+/// run 64 KiB deep the first growth faults are not a few trips to the fault thread each
+/// (measured: 100K such tasks spawned until parked took 6.2–6.6 s, three trips a task). The
+/// shallower of two, not the last: one task that once ran deep (say 250 KiB, in its setup)
+/// must not make every fresh slot of a burst of shallow ones take 250 KiB. Touched by its
+/// worker only. A direct-mapped table: two kinds that share an entry take turns, and a miss
+/// prefills one page, as without it.
 #[derive(Debug)]
 pub(crate) struct PrefillDepths {
     /// (key, last depth, the one before it; 0: none yet).

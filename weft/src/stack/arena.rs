@@ -172,6 +172,16 @@ fn take_run(arena: &'static Arena, units: usize) -> (u32, usize) {
     (index, segment(arena, index).base + offset)
 }
 
+/// The length in [`RUN_BYTES`] units of the run a block of `need` bytes lies in: a large one
+/// has a run of its own, the others share one-unit runs.
+fn run_units(need: usize) -> usize {
+    if need > LARGE {
+        need.div_ceil(RUN_BYTES)
+    } else {
+        1
+    }
+}
+
 /// The count of the run that `addr` (an image's start) lies in (invariant 4).
 fn run_count(segment: &Segment, addr: usize) -> &PageCount {
     &segment.runs[(addr - segment.base) / RUN_BYTES]
@@ -208,6 +218,19 @@ struct Cursor {
 }
 
 impl Cursor {
+    const fn new(arena: &'static Arena) -> Cursor {
+        Cursor {
+            arena,
+            segment: 0,
+            at: 0,
+            end: 0,
+            held: 0,
+            emptied: Vec::new(),
+            emptied_since: None,
+            pending_runs: Vec::new(),
+        }
+    }
+
     /// Lets go of the current run, if any: its held page, then its run count (invariant 4).
     fn leave_run(&mut self) {
         if self.end == 0 {
@@ -247,21 +270,6 @@ impl Drop for Cursor {
     fn drop(&mut self) {
         self.leave_run();
         self.release();
-    }
-}
-
-impl Cursor {
-    const fn new(arena: &'static Arena) -> Cursor {
-        Cursor {
-            arena,
-            segment: 0,
-            at: 0,
-            end: 0,
-            held: 0,
-            emptied: Vec::new(),
-            emptied_since: None,
-            pending_runs: Vec::new(),
-        }
     }
 }
 
@@ -328,7 +336,7 @@ pub(crate) fn alloc(len: usize) -> *mut u8 {
     let need = (HEADER + len).next_multiple_of(8);
     let (index, at) = if need > LARGE {
         // A run of its own: one count on each of its pages and on the run, no hold.
-        let (index, start) = take_run(&IMAGES, need.div_ceil(RUN_BYTES));
+        let (index, start) = take_run(&IMAGES, run_units(need));
         let segment = segment(&IMAGES, index);
         run_count(segment, start).take();
         for at in pages(start, start + need) {
@@ -436,19 +444,21 @@ pub(crate) unsafe fn free(image: *mut u8) {
     };
     let start = image as usize;
     let need = (HEADER + len).next_multiple_of(8);
-    let end = start + need;
-    let units = if need > LARGE {
-        need.div_ceil(RUN_BYTES)
-    } else {
-        1
-    };
-    free_range(&CURSOR, index, start, end, units);
+    free_range(
+        &IMAGES,
+        &CURSOR,
+        index,
+        start,
+        start + need,
+        run_units(need),
+    );
 }
 
-/// Gives back `[start, end)`, a block of segment `index` of the arena of `key`'s cursor that
-/// starts a run of `units` or lies in a one-unit run: one count less on its pages and its
-/// run (invariant 4), through this thread's cursor.
+/// Gives back `[start, end)`, a block of segment `index` of `arena` that starts a run of
+/// `units` or lies in a one-unit run: one count less on its pages and its run (invariant 4),
+/// through this thread's cursor of that arena, `key`.
 fn free_range(
+    arena: &'static Arena,
     key: &'static std::thread::LocalKey<RefCell<Cursor>>,
     index: u32,
     start: usize,
@@ -466,7 +476,6 @@ fn free_range(
             cursor.emptied.reserve_exact(2 * RELEASE_BATCH);
         }
         let was_empty = cursor.emptied.is_empty();
-        let arena = cursor.arena;
         let emptied = put(arena, index, start, end, &mut cursor.emptied);
         cursor.put_run_after_release(index, start, units, emptied);
         if was_empty && !cursor.emptied.is_empty() {
@@ -481,11 +490,6 @@ fn free_range(
         return;
     }
     // This thread's cursor is gone (it is exiting) or busy: release at once.
-    let arena = if std::ptr::eq(key, &CELL_CURSOR) {
-        &CELLS
-    } else {
-        &IMAGES
-    };
     let mut emptied = Vec::new();
     put(arena, index, start, end, &mut emptied);
     release(&mut emptied);
@@ -522,7 +526,14 @@ pub(crate) fn alloc_cell(size: usize) -> NonNull<u8> {
 pub(crate) unsafe fn free_cell(block: NonNull<u8>, size: usize) {
     let start = block.as_ptr() as usize;
     let index = segment_containing(&CELLS, start);
-    free_range(&CELL_CURSOR, index, start, start + size, 1);
+    free_range(
+        &CELLS,
+        &CELL_CURSOR,
+        index,
+        start,
+        start + size,
+        run_units(size),
+    );
 }
 
 /// The index of `arena`'s segment that holds `addr`, which one does.
