@@ -89,3 +89,39 @@ fn timer_slack_is_the_workers_slack() {
         .unwrap();
     assert_eq!(zero.block_on(slack_here), 1, "at least 1 ns");
 }
+
+/// This thread's voluntary context switches so far (`/proc/thread-self/status`).
+fn voluntary_switches() -> u64 {
+    let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("voluntary_ctxt_switches:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_worker_waits_awake_for_a_deadline_a_few_microseconds_away() {
+    // A sleep in the poller costs more than such a wait (sched/worker.rs,
+    // `await_close_deadline`): the worker must not block for each of these.
+    let rt = weft::Runtime::builder().workers(1).build().unwrap();
+    let switches = rt.block_on(|| {
+        weft::spawn(|| {
+            let before = voluntary_switches();
+            for _ in 0..1000 {
+                let start = Instant::now();
+                weft::time::sleep(Duration::from_micros(3));
+                assert!(start.elapsed() >= Duration::from_micros(3));
+            }
+            voluntary_switches() - before
+        })
+        .join()
+        .unwrap()
+    });
+    assert!(
+        switches < 100,
+        "the worker blocked {switches} times for 1000 sleeps of 3 µs"
+    );
+}

@@ -64,6 +64,9 @@ use crate::task::{interrupt, Cancelled, Header, RunState, Suspend, Task, TaskCor
 const SPIN: Duration = Duration::from_micros(50);
 /// Idle spins in a row that found no work, after which a worker sleeps without spinning.
 const SPIN_MISSES: u32 = 4;
+/// The longest wait for a deadline that an idle worker spends awake rather than asleep
+/// (`Worker::await_close_deadline`).
+const DEADLINE_SPIN: Duration = Duration::from_micros(12);
 /// How far ahead an idle worker restores the compacted stacks of tasks its timers will wake
 /// (`Worker::restore_due_soon`), and how many at most per idle.
 const PRE_RESTORE: Duration = Duration::from_micros(500);
@@ -1020,6 +1023,47 @@ impl Worker {
         }
     }
 
+    /// Waits awake, rather than asleep, for a timer due within [`DEADLINE_SPIN`]; true if it
+    /// waited (the deadline passed or work arrived).
+    ///
+    /// Why: a sleep costs more than such a wait. In this VM a timed `epoll_pwait2` costs
+    /// 17–32 µs of CPU and ends 30–50 µs late whatever its timeout, and a million sleepers
+    /// waking over 4 s put their workers to sleep ≈46,000 times. Waiting awake for the
+    /// closest of them halved the sleepers' median lateness (8–14 µs against 15–24) at the
+    /// same CPU per wake; a limit of 50 µs cost 1.2 µs more CPU per wake.
+    fn await_close_deadline(&self) -> bool {
+        let Some(deadline) = self.next_deadline() else {
+            return false;
+        };
+        if deadline.saturating_duration_since(Instant::now()) > DEADLINE_SPIN {
+            return false;
+        }
+        // Counted as spinning, as in `idle`: a waker then leaves its work to this worker,
+        // which sees it here, or at the latest in the final check of its next `idle`
+        // (idle.rs step 3, after this decrement).
+        self.shared.spinning.fetch_add(1, Ordering::SeqCst);
+        let start = Instant::now();
+        'wait: while Instant::now() < deadline {
+            for _ in 0..32 {
+                if self.has_work() {
+                    break 'wait;
+                }
+                std::hint::spin_loop();
+            }
+        }
+        self.shared.spinning.fetch_sub(1, Ordering::SeqCst);
+        self.remote.activity.idled(start.elapsed());
+        true
+    }
+
+    /// The earliest deadline of this worker's timers.
+    fn next_deadline(&self) -> Option<Instant> {
+        self.timers
+            .borrow()
+            .first_key_value()
+            .map(|(&(at, _), _)| at)
+    }
+
     /// Spins, then sleeps in the poller until work arrives (idle.rs protocol).
     ///
     /// The spin is skipped after [`SPIN_MISSES`] spins in a row found nothing (a worker that
@@ -1078,6 +1122,9 @@ impl Worker {
             (due, cells) => due.or(cells.then_some(stack::TRIM_INTERVAL)),
         };
         self.restore_due_soon();
+        if self.await_close_deadline() {
+            return;
+        }
         // idle.rs step 3 (the fence is inside).
         self.remote.flags.prepare_sleep();
         if !self.has_work() {

@@ -9,10 +9,12 @@
 //! Invariants:
 //! 1. A timer entry is removed when its task returns from the park it guarded, whether the
 //!    deadline fired or something else woke it: waits that end early leave nothing behind.
-//! 2. An idle worker sleeps in its poller with the next deadline as timeout; a busy one checks
-//!    its deadlines every 61 tasks and whenever it runs out of work. A sleep ends at or after
-//!    its deadline, by up to the timer slack of the worker's thread (10 µs unless set with
-//!    `RuntimeBuilder::timer_slack`; sched/epoll.rs invariant 2):
+//! 2. An idle worker sleeps in its poller with the next deadline as timeout, or waits awake
+//!    for a deadline within 12 µs (cheaper than a sleep: sched/worker.rs
+//!    `await_close_deadline`); a busy one checks its deadlines every 61 tasks and whenever it
+//!    runs out of work. A sleep ends at or after its deadline, by up to the timer slack of
+//!    the worker's thread (10 µs unless set with `RuntimeBuilder::timer_slack`;
+//!    sched/epoll.rs invariant 2):
 //!    deadlines that fall within it share one wake-up of the worker. An idle worker also
 //!    restores the compacted stacks of tasks due within 500 µs, so their wakes do not wait
 //!    for it (sched/worker.rs `restore_due_soon`).
