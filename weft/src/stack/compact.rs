@@ -588,10 +588,16 @@ pub fn mode() -> StackMode {
 // ---------------------------------------------------------------------------------------
 // Slot locks (invariant 2).
 
-const LOCKS: usize = 1024;
+/// Slot locks, by slot index modulo this. A compaction holds the locks of a whole run, up to
+/// `StackPolicy::batch` (256) consecutive slots, for ≈0.1–0.5 ms; with 1024 locks a run held a
+/// quarter of them, so the other worker's compactions and restores and the fault thread
+/// waited on it at random: a million idle tasks spawned until parked made 434,000 yields of
+/// this lock's spin (below), 2,700 with 65,536 locks (64 KiB, touched as slots are used).
+const LOCKS: usize = 1 << 16;
 
-/// A spin lock: held for microseconds, by a worker or the fault thread; a plain flag so that
-/// a forked child can release what its parent's `fork_prepare` took.
+/// A spin lock: held for microseconds by a restore or the fault thread, for a run's
+/// compaction by a worker; a plain flag so that a forked child can release what its parent's
+/// `fork_prepare` took.
 struct SlotLock(AtomicBool);
 
 #[allow(clippy::declare_interior_mutable_const)]
