@@ -60,8 +60,10 @@ const GRANULE: usize = 64;
 const CLASSES: usize = 16;
 /// The largest cached block.
 pub(crate) const MAX_CACHED: usize = GRANULE * CLASSES;
-/// Alignment of every cached block: what glibc's malloc gives without its slower aligned path.
-pub(crate) const ALIGN: usize = 16;
+/// Alignment of every cached block: the cell arena carves blocks of whole [`GRANULE`]s from
+/// 64 KiB-aligned runs (stack/arena.rs, `alloc_cell`), so a cell aligned to a cache line (a
+/// task returning or capturing a `#[repr(align(64))]` value) is cached too.
+pub(crate) const ALIGN: usize = GRANULE;
 /// Blocks moved between a thread's list and the depot at once.
 pub(crate) const BATCH: usize = 32;
 /// Batches the depot keeps per class for good (8K blocks, 2 MiB of 256-byte cells).
@@ -385,8 +387,19 @@ mod tests {
         assert_eq!(class_of(layout(65)), Some(1));
         assert_eq!(class_of(layout(MAX_CACHED)), Some(CLASSES - 1));
         assert_eq!(class_of(layout(MAX_CACHED + 1)), None);
-        assert_eq!(class_of(Layout::from_size_align(64, 64).unwrap()), None);
+        assert_eq!(class_of(Layout::from_size_align(64, 128).unwrap()), None);
         assert_eq!(class_of(layout(0)), None);
+        // A cache-line-aligned cell is cached, and its block is aligned so.
+        let line = Layout::from_size_align(100, 64).unwrap();
+        assert_eq!(class_of(line), Some(1));
+        let blocks: Vec<_> = (0..3 * BATCH).map(|_| allocate(line)).collect();
+        for &block in &blocks {
+            assert_eq!(block.as_ptr() as usize % 64, 0);
+        }
+        for block in blocks {
+            // SAFETY: from `allocate(line)`, unused.
+            unsafe { free(block, line) };
+        }
         // Bypassing layouts still allocate and free.
         let big = Layout::from_size_align(4096, 64).unwrap();
         let block = allocate(big);
