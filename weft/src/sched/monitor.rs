@@ -332,6 +332,18 @@ struct Sample {
     waited_before: Option<(Instant, Duration)>,
 }
 
+impl Sample {
+    /// A worker seen at `resumes` resumes at `now`, in a task not looked at yet.
+    fn fresh(resumes: u64, now: Instant) -> Sample {
+        Sample {
+            resumes,
+            since: now,
+            handled: false,
+            waited_before: None,
+        }
+    }
+}
+
 /// How long the thread `tid` of this process has waited on a run queue, runnable but not
 /// running, in its life: the second field of `/proc/self/task/TID/schedstat`. `None` where
 /// the kernel does not say (no CONFIG_SCHED_INFO).
@@ -403,12 +415,7 @@ fn watch(
     let mut samples: Vec<Sample> = shared
         .remotes
         .iter()
-        .map(|_| Sample {
-            resumes: 0,
-            since: now,
-            handled: false,
-            waited_before: None,
-        })
+        .map(|_| Sample::fresh(0, now))
         .collect();
     while !stop.load(Ordering::Relaxed) {
         thread::park_timeout(tick);
@@ -431,12 +438,7 @@ fn watch(
             let resumes = remote.resumes.load(Ordering::Relaxed);
             let running = remote.running_id.load(Ordering::Relaxed);
             if resumes != sample.resumes || running == 0 {
-                *sample = Sample {
-                    resumes,
-                    since: now,
-                    handled: false,
-                    waited_before: None,
-                };
+                *sample = Sample::fresh(resumes, now);
                 remote.stuck.store(false, Ordering::Relaxed);
                 continue;
             }
