@@ -260,8 +260,11 @@ impl Cursor {
     /// Releases the emptied pages, then puts the run counts that waited for it.
     fn release(&mut self) {
         release(&mut self.emptied);
-        for (segment, addr, units) in std::mem::take(&mut self.pending_runs) {
-            put_run(self.arena, segment, addr, units);
+        // Drained, not taken: the vector keeps its room, so that the next batch's pushes do
+        // not realloc on the restore path (see `free_range`).
+        let arena = self.arena;
+        for (segment, addr, units) in self.pending_runs.drain(..) {
+            put_run(arena, segment, addr, units);
         }
     }
 }
@@ -474,6 +477,7 @@ fn free_range(
             // path, and a malloc after a burst of exits can stall for milliseconds (glibc
             // sorts every chunk they freed; region.rs, `process_madvise_ranges`).
             cursor.emptied.reserve_exact(2 * RELEASE_BATCH);
+            cursor.pending_runs.reserve_exact(2 * RELEASE_BATCH);
         }
         let was_empty = cursor.emptied.is_empty();
         let emptied = put(arena, index, start, end, &mut cursor.emptied);
@@ -732,6 +736,26 @@ mod tests {
             }
             release_emptied();
             assert!(!resident(first_page), "a page of freed cells stayed");
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn a_release_leaves_the_cursor_its_room() {
+        // Frees on the restore path push onto the cursor's vectors; had a release left them
+        // without room, the next batch would realloc there (a malloc after a burst of exits
+        // can stall for milliseconds).
+        std::thread::spawn(|| {
+            let (_, others) = empty_first_page();
+            release_emptied();
+            free_each(others);
+            release_emptied();
+            CURSOR.with(|cursor| {
+                let cursor = cursor.borrow();
+                assert!(cursor.emptied.capacity() >= 2 * RELEASE_BATCH);
+                assert!(cursor.pending_runs.capacity() >= 2 * RELEASE_BATCH);
+            });
         })
         .join()
         .unwrap();
