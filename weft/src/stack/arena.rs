@@ -472,6 +472,10 @@ fn free_range(
         let Ok(mut cursor) = cursor.try_borrow_mut() else {
             return false;
         };
+        debug_assert!(
+            std::ptr::eq(cursor.arena, arena),
+            "free_range: the cursor belongs to another arena"
+        );
         if cursor.emptied.capacity() == 0 {
             // A whole batch's room at once: growing it by doubling mallocs on the restore
             // path, and a malloc after a burst of exits can stall for milliseconds (glibc
