@@ -284,6 +284,42 @@ pub(crate) fn park_current_task_until(deadline: Instant, reason: ParkReason) -> 
     true
 }
 
+/// A software pipeline over the front of a ready queue, run at each pop: the header of the
+/// third task, then what the second's resume will read first (`ParkedStack::prefetch_early`),
+/// then the first's compacted image (`ParkedStack::prefetch`), each read from lines the
+/// stage before pulled in. So the misses of a task (its header, its stack or its image's
+/// entry, then the image: each on a page of its own, a TLB miss too) overlap the runs of the
+/// two before it.
+///
+/// Measured (`weft-bench wake`, compacted tasks woken all at once): 4.2 µs of CPU a wake
+/// against 4.7–4.9 without it; at a million sleepers' wakes (compaction on) the header,
+/// table-entry and image misses went from ≈20 % of the workers' CPU to ≈5 %, and the wakes'
+/// p99 lateness from 28–259 ms to 2.3–5.5 ms (alternated ×4; the workers were saturated).
+/// Every task here is this worker's to run (invariant 1), so its `ParkedStack` is ours to read.
+#[inline]
+fn prefetch_ahead(ready: &VecDeque<Task>) {
+    if ready.len() < 2 {
+        return;
+    }
+    if let Some(task) = ready.get(2) {
+        prefetch_header(task);
+    }
+    ready[1].header().stack.prefetch_early();
+    ready[0].header().stack.prefetch();
+}
+
+/// Pulls a task's header into the cache: a hint, it never faults.
+#[inline]
+fn prefetch_header(task: &Task) {
+    let at = task.as_ptr().as_ptr() as *const u8;
+    for line in (0..std::mem::size_of::<Header>()).step_by(64) {
+        stack::prefetch_line(at.wrapping_add(line));
+    }
+}
+
+/// Timers [`Worker::fire_timers`] takes out of the map before it unparks them.
+const FIRE_BATCH: usize = 16;
+
 /// A parked task's entry in its worker's timer map, removed on drop.
 struct TimerEntry<'a> {
     worker: &'a Worker,
@@ -834,6 +870,7 @@ impl Worker {
         } else {
             self.new_tasks.pop().or_else(|| ready.pop_front())
         };
+        prefetch_ahead(&ready);
         drop(ready);
         task.or_else(|| self.steal_from_injector())
             .or_else(|| self.steal_from_workers())
@@ -846,21 +883,51 @@ impl Worker {
     }
 
     /// Unparks the tasks whose deadline passed; returns the next deadline, if any.
+    ///
+    /// In batches of [`FIRE_BATCH`]: a batch's headers are prefetched as they leave the map,
+    /// then its tasks are unparked (which reads and writes their headers). One by one, each
+    /// header was a cache and TLB miss of its own, taken in turn: ≈11 % of the workers' CPU
+    /// at a million sleepers' wakes. What their resumes read is `prefetch_ahead`'s.
     fn fire_timers(&self) -> Option<Instant> {
         if self.timers.borrow().is_empty() {
             return None;
         }
         let now = Instant::now();
         loop {
-            let mut timers = self.timers.borrow_mut();
-            let entry = timers.first_entry()?;
-            if entry.key().0 > now {
-                return Some(entry.key().0);
+            match self.timers.borrow().first_key_value() {
+                None => return None,
+                Some((&(deadline, _), _)) if deadline > now => return Some(deadline),
+                Some(_) => {}
             }
-            let task = entry.remove();
-            drop(timers);
-            task.header().stack.prefetch();
-            task.unpark();
+            let mut batch: [Option<Task>; FIRE_BATCH] = Default::default();
+            let mut taken = 0;
+            // `None`: the batch filled, more may be due.
+            let next = {
+                let mut timers = self.timers.borrow_mut();
+                loop {
+                    if taken == FIRE_BATCH {
+                        break None;
+                    }
+                    let Some(entry) = timers.first_entry() else {
+                        break Some(None);
+                    };
+                    if entry.key().0 > now {
+                        break Some(Some(entry.key().0));
+                    }
+                    let task = entry.remove();
+                    prefetch_header(&task);
+                    batch[taken] = Some(task);
+                    taken += 1;
+                }
+            };
+            for task in batch[..taken].iter_mut() {
+                if let Some(task) = task.take() {
+                    task.unpark();
+                }
+            }
+            if let Some(next) = next {
+                return next;
+            }
         }
     }
 
@@ -1013,7 +1080,14 @@ impl Worker {
                 .take(PRE_RESTORE_MAX)
                 .take_while(|(&(deadline, _), _)| deadline <= horizon)
         };
-        // Every image's first miss at once, then the restores.
+        // In stages, each reading what the one before pulled in (as `prefetch_ahead`):
+        // headers, then the images' table entries, then the images, then the restores.
+        for (_, task) in due() {
+            prefetch_header(task);
+        }
+        for (_, task) in due() {
+            task.header().stack.prefetch_early();
+        }
         for (_, task) in due() {
             task.header().stack.prefetch();
         }

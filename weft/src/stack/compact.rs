@@ -1003,12 +1003,14 @@ pub(crate) struct ParkedStack {
 }
 
 impl ParkedStack {
-    /// The task will be resumed soon (a timer fired for it): if its slot is compacted, pulls
-    /// the start of its image into the cache. Images lie scattered over an arena of up to
+    /// The task will be resumed soon (it is next but one in its worker's ready queue, or its
+    /// timer fires within the pre-restore horizon): if its slot is compacted, pulls the
+    /// start of its image into the cache. Images lie scattered over an arena of up to
     /// gigabytes, and in a million sleepers' wake storm the first load of each was most of
-    /// a restore's own CPU (a cache and TLB miss); prefetched when the timer fires, it
-    /// overlaps the misses of the other tasks woken with it. Only a hint: the entry is read
-    /// without the slot's lock, and a prefetch never faults.
+    /// a restore's own CPU (a cache and TLB miss); prefetched a task ahead, it overlaps the
+    /// run of the task before. Prefetched when the timer fired instead, it was evicted again
+    /// by the restores of the tasks woken with it. Only a hint: the entry is read without
+    /// the slot's lock, and a prefetch never faults.
     #[inline]
     pub(crate) fn prefetch(&self) {
         if self.flags.get() & COMPACTED == 0 {
@@ -1019,6 +1021,24 @@ impl ParkedStack {
                 prefetch_line(image.wrapping_add(offset));
             }
         }
+    }
+
+    /// The stage before [`prefetch`](Self::prefetch) in a worker's pipeline over its ready
+    /// queue (`sched/worker.rs`, `prefetch_ahead`): for a compacted slot, pulls in its
+    /// image's entry in the region table (which `prefetch` reads); for a resident one, the
+    /// lines its resume reads first (the switch's saved registers, just below the recorded
+    /// stack pointer). Only a hint.
+    #[inline]
+    pub(crate) fn prefetch_early(&self) {
+        let sp = self.sp.get();
+        if self.flags.get() & COMPACTED != 0 {
+            if let Some(entry) = region::compacted_entry_addr(sp) {
+                prefetch_line(entry);
+            }
+            return;
+        }
+        prefetch_line(sp.wrapping_sub(64) as *const u8);
+        prefetch_line(sp as *const u8);
     }
 
     /// Before the task is resumed: restores a compacted slot (invariant 4).
@@ -1042,7 +1062,7 @@ const PREFETCH_BYTES: usize = 1024;
 
 /// A hint to load the cache line at `at`; nothing on targets without one here.
 #[inline(always)]
-fn prefetch_line(at: *const u8) {
+pub(crate) fn prefetch_line(at: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch reads nothing architecturally and never faults, whatever `at` is.
     unsafe {

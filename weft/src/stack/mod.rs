@@ -84,8 +84,8 @@ pub use region::guards_are_markers;
 pub(crate) use region::regions;
 
 pub(crate) use compact::{
-    calibrate, copy_stack_bytes, restore_if_compacted, switch_out, LiveStack, ParkedStack,
-    ParkedStacks, PREFILL_PAGES_MAX,
+    calibrate, copy_stack_bytes, prefetch_line, restore_if_compacted, switch_out, LiveStack,
+    ParkedStack, ParkedStacks, PREFILL_PAGES_MAX,
 };
 
 pub(crate) use overflow::{context_pc_sp, install_handler, set_running, AltStack, DescribeTask};

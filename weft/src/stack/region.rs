@@ -257,6 +257,17 @@ pub(crate) fn compacted_slot_of(addr: usize) -> Option<(usize, usize, *mut u8)> 
     (!image.is_null()).then_some((start + (index << size.trailing_zeros()), size, image))
 }
 
+/// Where the image entry of the slot holding `addr` lies, without reading it: for a prefetch.
+#[inline]
+pub(crate) fn compacted_entry_addr(addr: usize) -> Option<*const u8> {
+    let (start, size, table) = region_of(addr)?;
+    if table.is_null() {
+        return None;
+    }
+    let index = (addr - start) >> size.trailing_zeros();
+    Some(table.wrapping_add(index).cast())
+}
+
 /// Every stack region reserved so far, as (start, length, slot size): for `weft::metrics`,
 /// which matches them against `/proc/self/smaps` to measure committed stack memory.
 #[allow(dead_code)] // used by `weft::metrics`
