@@ -544,6 +544,26 @@ pub(crate) unsafe fn free_cell(block: NonNull<u8>, size: usize) {
     );
 }
 
+/// Pulls into the cache the counts [`free`] of the image at `image` will take one from (its
+/// first page's and its run's; `compact.rs`, a task about to be restored), found from its
+/// address alone: the image itself may be freed meanwhile. Only a hint.
+pub(crate) fn prefetch_free(image: *const u8) {
+    let addr = image as usize;
+    for entry in &IMAGES.segments {
+        let segment = entry.load(Ordering::Acquire);
+        if segment.is_null() {
+            return; // segments are set in order
+        }
+        // SAFETY: set once to a leaked Box, never freed.
+        let segment = unsafe { &*segment };
+        if (segment.base..segment.base + SEGMENT_BYTES).contains(&addr) {
+            region::prefetch_line(ptr::from_ref(count(segment, addr)).cast());
+            region::prefetch_line(ptr::from_ref(run_count(segment, addr)).cast());
+            return;
+        }
+    }
+}
+
 /// The index of `arena`'s segment that holds `addr`, which one does.
 fn segment_containing(arena: &'static Arena, addr: usize) -> u32 {
     for (index, entry) in arena.segments.iter().enumerate() {

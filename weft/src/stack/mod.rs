@@ -84,12 +84,12 @@ pub use region::guards_are_markers;
 pub(crate) use region::regions;
 
 pub(crate) use compact::{
-    calibrate, copy_stack_bytes, prefetch_line, restore_if_compacted, switch_out, LiveStack,
-    ParkedStack, ParkedStacks, PREFILL_PAGES_MAX,
+    calibrate, copy_stack_bytes, restore_if_compacted, switch_out, LiveStack, ParkedStack,
+    ParkedStacks, PREFILL_PAGES_MAX,
 };
 
 pub(crate) use overflow::{context_pc_sp, install_handler, set_running, AltStack, DescribeTask};
-pub(crate) use region::slot_of;
+pub(crate) use region::{prefetch_line, slot_of};
 
 use std::collections::VecDeque;
 use std::io;

@@ -257,6 +257,18 @@ pub(crate) fn compacted_slot_of(addr: usize) -> Option<(usize, usize, *mut u8)> 
     (!image.is_null()).then_some((start + (index << size.trailing_zeros()), size, image))
 }
 
+/// A hint to load the cache line at `at`; nothing on targets without one here.
+#[inline(always)]
+pub(crate) fn prefetch_line(at: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch reads nothing architecturally and never faults, whatever `at` is.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(at.cast::<i8>(), std::arch::x86_64::_MM_HINT_T0);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
+}
+
 /// Where the image entry of the slot holding `addr` lies, without reading it: for a prefetch.
 #[inline]
 pub(crate) fn compacted_entry_addr(addr: usize) -> Option<*const u8> {
