@@ -294,7 +294,8 @@ pub(crate) fn park_current_task_until(deadline: Instant, reason: ParkReason) -> 
 /// Measured (`weft-bench wake`, compacted tasks woken all at once): 4.2 µs of CPU a wake
 /// against 4.7–4.9 without it; at a million sleepers' wakes (compaction on) the header,
 /// table-entry and image misses went from ≈20 % of the workers' CPU to ≈5 %, and the wakes'
-/// p99 lateness from 28–259 ms to 2.3–5.5 ms (alternated ×4; the workers were saturated).
+/// p99 lateness from 28–259 ms to 2.3–13.6 ms (alternated ×4, twice; the workers were
+/// saturated).
 /// Every task here is this worker's to run (invariant 1), so its `ParkedStack` is ours to read.
 #[inline]
 fn prefetch_ahead(ready: &VecDeque<Task>) {
@@ -894,6 +895,7 @@ impl Worker {
         }
         let now = Instant::now();
         loop {
+            // Nothing due (the common call): return before setting up a batch.
             match self.timers.borrow().first_key_value() {
                 None => return None,
                 Some((&(deadline, _), _)) if deadline > now => return Some(deadline),

@@ -549,33 +549,34 @@ pub(crate) unsafe fn free_cell(block: NonNull<u8>, size: usize) {
 /// address alone: the image itself may be freed meanwhile. Only a hint.
 pub(crate) fn prefetch_free(image: *const u8) {
     let addr = image as usize;
-    for entry in &IMAGES.segments {
+    if let Some((_, segment)) = find_segment(&IMAGES, addr) {
+        region::prefetch_line(ptr::from_ref(count(segment, addr)).cast());
+        region::prefetch_line(ptr::from_ref(run_count(segment, addr)).cast());
+    }
+}
+
+/// `arena`'s segment that holds `addr`, with its index; `None` if none does.
+fn find_segment(arena: &'static Arena, addr: usize) -> Option<(u32, &'static Segment)> {
+    for (index, entry) in arena.segments.iter().enumerate() {
         let segment = entry.load(Ordering::Acquire);
         if segment.is_null() {
-            return; // segments are set in order
+            return None; // segments are set in order
         }
         // SAFETY: set once to a leaked Box, never freed.
         let segment = unsafe { &*segment };
         if (segment.base..segment.base + SEGMENT_BYTES).contains(&addr) {
-            region::prefetch_line(ptr::from_ref(count(segment, addr)).cast());
-            region::prefetch_line(ptr::from_ref(run_count(segment, addr)).cast());
-            return;
+            return Some((index as u32, segment));
         }
     }
+    None
 }
 
 /// The index of `arena`'s segment that holds `addr`, which one does.
 fn segment_containing(arena: &'static Arena, addr: usize) -> u32 {
-    for (index, entry) in arena.segments.iter().enumerate() {
-        let segment = entry.load(Ordering::Acquire);
-        assert!(!segment.is_null(), "a block outside its arena");
-        // SAFETY: set once to a leaked Box, never freed.
-        let base = unsafe { (*segment).base };
-        if (base..base + SEGMENT_BYTES).contains(&addr) {
-            return index as u32;
-        }
+    match find_segment(arena, addr) {
+        Some((index, _)) => index,
+        None => unreachable!("a block outside its arena"),
     }
-    unreachable!("a block outside its arena")
 }
 
 /// Releases the pages this thread emptied and has not released yet.

@@ -246,6 +246,15 @@ fn region_of(addr: usize) -> Option<(usize, usize, *mut AtomicPtr<u8>)> {
 /// asks it at every hand-off to a parked task (`chan/waitq.rs`), a timer at every wake.
 #[inline]
 pub(crate) fn compacted_slot_of(addr: usize) -> Option<(usize, usize, *mut u8)> {
+    let (slot, size, entry) = slot_entry(addr)?;
+    let image = entry.load(Ordering::Relaxed);
+    (!image.is_null()).then_some((slot, size, image))
+}
+
+/// The slot holding `addr` in a region that has a table, as (start, size, its table
+/// entry): one pass over the regions, and shifts (slot sizes are powers of two).
+#[inline]
+fn slot_entry(addr: usize) -> Option<(usize, usize, &'static AtomicPtr<u8>)> {
     let (start, size, table) = region_of(addr)?;
     if table.is_null() {
         return None;
@@ -253,8 +262,8 @@ pub(crate) fn compacted_slot_of(addr: usize) -> Option<(usize, usize, *mut u8)> 
     debug_assert!(size.is_power_of_two());
     let index = (addr - start) >> size.trailing_zeros();
     // SAFETY: invariant 3: the table has one entry per slot of the region and is never freed.
-    let image = unsafe { &*table.add(index) }.load(Ordering::Relaxed);
-    (!image.is_null()).then_some((start + (index << size.trailing_zeros()), size, image))
+    let entry = unsafe { &*table.add(index) };
+    Some((start + (index << size.trailing_zeros()), size, entry))
 }
 
 /// A hint to load the cache line at `at`; nothing on targets without one here.
@@ -272,12 +281,7 @@ pub(crate) fn prefetch_line(at: *const u8) {
 /// Where the image entry of the slot holding `addr` lies, without reading it: for a prefetch.
 #[inline]
 pub(crate) fn compacted_entry_addr(addr: usize) -> Option<*const u8> {
-    let (start, size, table) = region_of(addr)?;
-    if table.is_null() {
-        return None;
-    }
-    let index = (addr - start) >> size.trailing_zeros();
-    Some(table.wrapping_add(index).cast())
+    slot_entry(addr).map(|(_, _, entry)| std::ptr::from_ref(entry).cast())
 }
 
 /// Every stack region reserved so far, as (start, length, slot size): for `weft::metrics`,
@@ -307,12 +311,7 @@ pub(crate) fn slot_of(addr: usize) -> Option<(usize, usize)> {
 /// The compaction table entry of the slot starting at `slot`; `None` outside a region that
 /// has a table (invariant 3).
 pub(crate) fn table_entry(slot: usize) -> Option<&'static AtomicPtr<u8>> {
-    let (start, size, table) = region_of(slot)?;
-    if table.is_null() {
-        return None;
-    }
-    // SAFETY: invariant 3: the table has one entry per slot of the region and is never freed.
-    Some(unsafe { &*table.add((slot - start) / size) })
+    slot_entry(slot).map(|(_, _, entry)| entry)
 }
 
 /// Calls `f(slot, size, entry)` for every slot of every registered region whose table page
