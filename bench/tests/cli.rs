@@ -111,6 +111,7 @@ fn every_subcommand_runs_at_tiny_sizes_and_writes_the_report() {
         "Sleepers:",
         "Fairness:",
         "Waking a compacted task",
+        "kernel-fill",
         "Raw JSON lines",
         "**weft commit**",
         "**kernel**",

@@ -10,6 +10,13 @@
 //! cannot compact (`weft::stack::mode()` is not `compact`, e.g. `WEFT_STACK_COMPACTION=off`
 //! or no userfaultfd), the compacted runs fail with the mode as their reason.
 //!
+//! A third program, `kernel-fill`, alternates with them and runs no weft at all: it does
+//! what the kernel does for each restore — one `UFFDIO_COPY` of a page into the top page of
+//! a 256 KiB slot whose page and page table were released as long before as the compacted
+//! run's, slot after slot — and reports its CPU per fill. So the compacted wake's extra CPU splits, in the same run, into the
+//! kernel's fill (which weft cannot make cheaper: the page must be allocated, charged and
+//! copied, and one fill in eight allocates a page-table page) and weft's own part.
+//!
 //! Owns: the experiment and its peer (`weft-bench peer wake`, [`PeerArgs`]).
 //! May call: weft, `runner`, `report`. Called by: `cli/mod.rs`, `peer.rs`.
 
@@ -29,6 +36,8 @@ use crate::cli::runner::{self, Cmd, Ctx, Program};
 pub enum Policy {
     Resident,
     Compacted,
+    /// No weft: the kernel's page fills alone (see the module doc).
+    KernelFill,
 }
 
 /// One run, `weft-bench peer wake …`.
@@ -53,6 +62,9 @@ struct Shared {
 /// Runs one policy and returns its figures.
 pub fn peer(a: PeerArgs) -> Result<Value, String> {
     let n = a.tasks.max(1);
+    if a.policy == Policy::KernelFill {
+        return kernel_fill(n);
+    }
     let compacted = a.policy == Policy::Compacted;
     let policy = if compacted {
         StackPolicy::eager()
@@ -151,6 +163,112 @@ pub fn peer(a: PeerArgs) -> Result<Value, String> {
     }))
 }
 
+/// `linux/userfaultfd.h`, x86_64 and aarch64 alike (the ioctl numbers encode the sizes).
+const UFFDIO_API: libc::c_ulong = 0xc018_aa3f;
+const UFFDIO_REGISTER: libc::c_ulong = 0xc020_aa00;
+const UFFDIO_COPY: libc::c_ulong = 0xc028_aa03;
+const UFFD_API: u64 = 0xaa;
+const UFFD_FEATURE_PAGEFAULT_FLAG_WP: u64 = 1;
+const UFFDIO_REGISTER_MODE_MISSING: u64 = 1;
+const UFFDIO_REGISTER_MODE_WP: u64 = 2;
+
+/// The kernel's part of `n` restores, without weft: a region of `n` slots of the default
+/// size, registered with a userfaultfd as weft's are (missing pages, and write-protection
+/// where the kernel has it); each slot's top page filled once, as a spawn leaves it; the
+/// whole region released, page tables included, as compactions leave it; then one
+/// `UFFDIO_COPY` of a hot source page into each slot's top page, in slot order, timed.
+fn kernel_fill(n: usize) -> Result<Value, String> {
+    let os_err = |what: &str| format!("{what}: {}", std::io::Error::last_os_error());
+    let slot = weft::stack::DEFAULT_STACK_SIZE;
+    let window = 2usize << 20;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    let len = n * slot;
+    // SAFETY: a new private anonymous mapping; nothing else refers to it.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len + window,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if map == libc::MAP_FAILED {
+        return Err(os_err("mmap"));
+    }
+    // Slots start on a page-table boundary, as weft's regions do.
+    let base = (map as usize).next_multiple_of(window);
+    // A page-aligned source page, hot in cache as a restore's scratch buffer is.
+    let buffer = vec![0x5au8; 2 * page];
+    let source = (buffer.as_ptr() as usize).next_multiple_of(page);
+    // SAFETY: plain syscall; the descriptor is closed below.
+    let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) }
+        as libc::c_int;
+    if fd < 0 {
+        // SAFETY: the mapping made above.
+        unsafe { libc::munmap(map, len + window) };
+        return Err(os_err("userfaultfd"));
+    }
+    let result = (|| {
+        let ioctl = |request: libc::c_ulong, arg: *mut u64| {
+            // SAFETY: each request's argument is the `u64` array of its struct, built below.
+            (unsafe { libc::ioctl(fd, request, arg) } == 0)
+        };
+        let mut api = [UFFD_API, UFFD_FEATURE_PAGEFAULT_FLAG_WP, 0];
+        if !ioctl(UFFDIO_API, api.as_mut_ptr()) {
+            return Err(os_err("UFFDIO_API"));
+        }
+        let both = UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP;
+        let mut register = [base as u64, len as u64, both, 0];
+        if !ioctl(UFFDIO_REGISTER, register.as_mut_ptr()) {
+            register = [base as u64, len as u64, UFFDIO_REGISTER_MODE_MISSING, 0];
+            if !ioctl(UFFDIO_REGISTER, register.as_mut_ptr()) {
+                return Err(os_err("UFFDIO_REGISTER"));
+            }
+        }
+        let top = |i: usize| base + (i + 1) * slot - page;
+        let fill = |i: usize| {
+            let mut copy = [top(i) as u64, source as u64, page as u64, 0, 0];
+            if ioctl(UFFDIO_COPY, copy.as_mut_ptr()) {
+                Ok(())
+            } else {
+                Err(os_err("UFFDIO_COPY"))
+            }
+        };
+        for i in 0..n {
+            fill(i)?;
+        }
+        // SAFETY: the region made above; only its contents go.
+        if unsafe { libc::madvise(base as *mut libc::c_void, len, libc::MADV_DONTNEED) } != 0 {
+            return Err(os_err("madvise"));
+        }
+        // As long as a compacted run's tasks stay released before their all-at-once wake
+        // (its one-by-one phase, 200 µs a task at least): in a VM that reports free pages to
+        // its host, pages freed seconds ago are the host's again and cost more to fill
+        // (measured here: ≈2.0 µs a fill after 5 s, ≈1.35 µs at once).
+        std::thread::sleep(Duration::from_micros(200) * n as u32);
+        // CPU only: there is no wake to time.
+        let cpu0 = crate::cpu_time();
+        for i in 0..n {
+            fill(i)?;
+        }
+        let cpu = (crate::cpu_time() - cpu0).as_nanos() as f64 / n as f64;
+        Ok(json!({
+            "tasks": n,
+            "policy": "kernel-fill",
+            "cpu_ns_per_wake": cpu,
+        }))
+    })();
+    // SAFETY: our descriptor and mapping, used by nothing else now.
+    unsafe {
+        libc::close(fd);
+        libc::munmap(map, len + window);
+    }
+    result
+}
+
 const COLUMNS: [(&str, &str); 3] = [
     ("p50_ns", "wake latency p50 ns"),
     ("p99_ns", "wake latency p99 ns"),
@@ -160,11 +278,12 @@ const COLUMNS: [(&str, &str); 3] = [
 /// Runs the experiment and returns its section.
 pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
     let n = ctx.size.pick(20_000, 5000, 200);
-    let pb = runner::bar(ctx, "wake", 2 * (ctx.runs + 1));
+    let pb = runner::bar(ctx, "wake", 3 * (ctx.runs + 1));
     let me = |policy: &str| Cmd::me(&args!["wake", "--policy", policy, "--tasks", n]);
     let programs = vec![
         Program::command("resident", me("resident")),
         Program::command("compacted", me("compacted")),
+        Program::command("kernel-fill", me("kernel-fill")),
     ];
     let outcomes = runner::alternate(ctx, &pb, "wake", json!({"tasks": n}), programs);
     pb.finish_and_clear();
@@ -178,7 +297,11 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
             let mut r = vec![o.peer.to_string()];
             r.extend(o.cells(COLUMNS.iter().map(|(key, _)| *key)));
             for key in ["p50_ns", "cpu_ns_per_wake"] {
-                r.push(o.ratio_cell(resident, key));
+                r.push(if o.peer == "kernel-fill" {
+                    String::new()
+                } else {
+                    o.ratio_cell(resident, key)
+                });
             }
             r
         })
@@ -186,9 +309,25 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
     let intro = format!(
         "weft alone, one worker: {n} tasks woken one at a time (200 µs apart), {n} more all \
          at once; resident (`StackPolicy::never()`) and compacted (`StackPolicy::eager()`) \
-         alternate run by run.\n\n"
+         alternate run by run with `kernel-fill`: no weft, one `UFFDIO_COPY` of a page into \
+         each of {n} released 256 KiB slots, the kernel's part of a restore.\n\n"
     );
-    let markdown = intro + &table(&head, &rows);
+    let median = |o: &runner::Outcome| o.summary("cpu_ns_per_wake").map(|s| s.median);
+    let split = match (
+        median(&outcomes[0]),
+        median(&outcomes[1]),
+        median(&outcomes[2]),
+    ) {
+        (Some(resident), Some(compacted), Some(fill)) => format!(
+            "\n\nExtra CPU of a compacted wake (medians, compacted − resident): {:.0} ns; the \
+             kernel's page fill alone: {:.0} ns; weft's own part: {:.0} ns.\n",
+            compacted - resident,
+            fill,
+            compacted - resident - fill
+        ),
+        _ => String::new(),
+    };
+    let markdown = intro + &table(&head, &rows) + &split;
     Ok(Section {
         name: "wake".into(),
         title: "Waking a compacted task".into(),
