@@ -6,9 +6,9 @@
 //! resident; `StackPolicy::eager()`: compacted, waited for through
 //! `weft::stack::counters().compacted_tasks`), then wakes N of them one by one (200 µs apart,
 //! so the worker goes idle between wakes as a sleeping server's would) and the other N at
-//! once. Their CPU is read when the last has run, and again after [`EXIT_CLEANUP`]. The two
-//! policies alternate run by run, each in a fresh process. Where this process cannot compact
-//! (`weft::stack::mode()` is not `compact`, e.g. `WEFT_STACK_COMPACTION=off` or no
+//! once. Their CPU is read when the last has run, and again after `EXIT_CLEANUP` (600 ms).
+//! The two policies alternate run by run, each in a fresh process. Where this process cannot
+//! compact (`weft::stack::mode()` is not `compact`, e.g. `WEFT_STACK_COMPACTION=off` or no
 //! userfaultfd), the compacted runs fail with the mode as their reason.
 //!
 //! A third program, `kernel-fill`, alternates with them and runs no weft at all: it does
