@@ -567,6 +567,47 @@ mod tests {
     }
 
     #[test]
+    fn a_trim_releases_neighbouring_slots_whole_and_leaves_their_guards() {
+        // A class no other test here uses: its slots are fresh, carved one after another.
+        let class = SizeClass::for_size(8 << 20).unwrap();
+        let size = class.bytes();
+        let page = region::page_size();
+        let slots: Vec<Slot> = (0..3).map(|_| Slot::take(class).unwrap()).collect();
+        let starts: Vec<usize> = slots.iter().map(Slot::start).collect();
+        assert_eq!(starts[1], starts[0] + size, "not neighbours: {starts:x?}");
+        assert_eq!(starts[2], starts[1] + size, "not neighbours: {starts:x?}");
+        for &start in &starts {
+            for at in [start + page, start + size / 2, start + size - 1] {
+                // SAFETY: inside a slot this test owns, above its guard page.
+                unsafe { (at as *mut u8).write(1) };
+            }
+        }
+        region::release_slots(&[starts[2], starts[0], starts[1]], size);
+        let mut pipe = [0; 2];
+        // SAFETY: plain syscall; the descriptors are closed below.
+        assert_eq!(unsafe { libc::pipe(pipe.as_mut_ptr()) }, 0);
+        for &start in &starts {
+            assert_eq!(
+                region::lowest_resident_page(start + page, size - page),
+                None,
+                "slot {start:#x} kept a page"
+            );
+            // A guard page still refuses access: a syscall reading it fails with EFAULT
+            // instead of faulting in a page.
+            // SAFETY: write(2) only reads the byte, and reports a fault instead of raising it.
+            let rc = unsafe { libc::write(pipe[1], start as *const libc::c_void, 1) };
+            let err = std::io::Error::last_os_error();
+            assert_eq!(rc, -1, "the guard page of {start:#x} was readable");
+            assert_eq!(err.raw_os_error(), Some(libc::EFAULT), "{err}");
+        }
+        // SAFETY: the pipe made above.
+        unsafe {
+            libc::close(pipe[0]);
+            libc::close(pipe[1]);
+        }
+    }
+
+    #[test]
     fn slot_memory_is_usable_above_the_guard() {
         let class = SizeClass::for_size(32 << 10).unwrap();
         let slot = Slot::take(class).unwrap();

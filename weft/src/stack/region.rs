@@ -884,40 +884,66 @@ pub fn guards_are_markers() -> Option<bool> {
 }
 
 /// Gives the pages of the slots at `starts`, each `size` bytes, back to the kernel
-/// (`MADV_DONTNEED`), all but the guard page: the next touch faults in a zero page. Guard
-/// markers would survive this anyway; skipping the guard keeps an `mprotect` guard's mapping
-/// untouched.
+/// (`MADV_DONTNEED`), all but the guard page: the next touch faults in a zero page.
 ///
-/// Uses one `process_madvise` call per [`MADVISE_BATCH`] slots where the kernel allows it on
-/// its own process (measured here: 225 ns per page against 1.3 µs for one `madvise` each),
-/// and falls back to `madvise` per slot.
+/// Where guards are page-table markers, neighbouring slots go as one range, their guard
+/// pages included: a marker survives `MADV_DONTNEED`, and a guard page without one holds no
+/// page (nothing runs on it), so the range drops nothing a slot's own release would not.
+/// What one range saves is the kernel's fixed cost per range: 128 slots of 256 KiB with one
+/// page each took 0.78–0.81 µs a slot as one range each and 0.15–0.20 µs as one range in
+/// all (a C program here). The exits of tasks woken in spawn order return their slots in
+/// order, so a trim's batch is mostly neighbours. An `mprotect` guard is its own mapping and
+/// is left out of every range.
+///
+/// Uses one `process_madvise` call per [`MADVISE_BATCH`] ranges where the kernel allows it
+/// on its own process (measured here: 225 ns per page against 1.3 µs for one `madvise`
+/// each), and falls back to `madvise` per range (`release_ranges`).
 pub(crate) fn release_slots(starts: &[usize], size: usize) {
     let page = page_size();
-    let mut rest = starts;
-    if let Some(pidfd) = self_pidfd() {
-        while !rest.is_empty() {
-            let n = rest.len().min(MADVISE_BATCH);
-            // SAFETY: every start is a whole slot of one of our regions whose task has ended
-            // (stack/mod.rs invariant 2); DONTNEED only drops the pages' contents.
-            if unsafe { process_madvise(pidfd, &rest[..n], page, size - page, libc::MADV_DONTNEED) }
-                .is_err()
-            {
-                break;
-            }
-            rest = &rest[n..];
-        }
-    }
-    for &start in rest {
-        // SAFETY: as above.
-        unsafe {
-            libc::madvise(
-                (start + page) as *mut libc::c_void,
-                size - page,
-                libc::MADV_DONTNEED,
-            )
-        };
+    let merge = guards_are_markers() == Some(true);
+    // On this thread's stack, not the heap (`process_madvise_ranges` says why).
+    let mut sorted = [0usize; RELEASE_CHUNK];
+    let mut ranges = [(0usize, 0usize); RELEASE_CHUNK];
+    for chunk in starts.chunks(RELEASE_CHUNK) {
+        let sorted = &mut sorted[..chunk.len()];
+        sorted.copy_from_slice(chunk);
+        sorted.sort_unstable();
+        let n = slot_ranges(sorted, size, page, merge, &mut ranges);
+        // SAFETY: every start is a whole slot of one of our regions whose task has ended
+        // (stack/mod.rs invariant 2), and a merged range adds only guard pages, which hold no
+        // page and keep their markers (above); DONTNEED only drops the pages' contents.
+        unsafe { release_ranges(&ranges[..n]) };
     }
 }
+
+/// The ranges that release the slots at `sorted` (ascending), each `size` bytes: a slot
+/// without its guard page, or with `merge`, a run of neighbours as one range from the first
+/// one's second page to the last one's end. Fills `out` (room for one range per slot) and
+/// returns how many.
+fn slot_ranges(
+    sorted: &[usize],
+    size: usize,
+    page: usize,
+    merge: bool,
+    out: &mut [(usize, usize)],
+) -> usize {
+    let mut n = 0usize;
+    for &start in sorted {
+        match n.checked_sub(1).map(|last| &mut out[last]) {
+            // The last range ends where this slot's guard page begins.
+            Some((from, len)) if merge && *from + *len == start => *len += size,
+            _ => {
+                out[n] = (start + page, size - page);
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+/// Slots [`release_slots`] sorts and merges at a time: the largest batch its caller gives
+/// (stack/mod.rs, `TRIM_BATCH`), 3 KiB of stack.
+const RELEASE_CHUNK: usize = 128;
 
 #[cfg(test)]
 mod tests {
@@ -928,6 +954,22 @@ mod tests {
         let mut vec = vec![0u8; pages];
         assert!(resident_pages(start, pages * page_size(), &mut vec));
         vec.iter().map(|&r| r & 1 != 0).collect()
+    }
+
+    #[test]
+    fn neighbouring_slots_make_one_range_where_guards_are_markers() {
+        let (size, page) = (64 << 10, 4096);
+        let starts = [0x10_0000, 0x11_0000, 0x12_0000, 0x14_0000];
+        let mut out = [(0, 0); 4];
+        let n = slot_ranges(&starts, size, page, true, &mut out);
+        assert_eq!(
+            &out[..n],
+            &[(0x10_1000, 3 * size - page), (0x14_1000, size - page)],
+            "three neighbours and one after a gap"
+        );
+        let n = slot_ranges(&starts, size, page, false, &mut out);
+        let apart: Vec<_> = starts.iter().map(|&s| (s + page, size - page)).collect();
+        assert_eq!(&out[..n], &apart[..], "mprotect guards: a range per slot");
     }
 
     #[test]
