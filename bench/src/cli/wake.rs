@@ -14,9 +14,10 @@
 //! A third program, `kernel-fill`, alternates with them and runs no weft at all: it does
 //! what the kernel does for each restore — one `UFFDIO_COPY` of a page into the top page of
 //! a 256 KiB slot whose page and page table were released as long before as the compacted
-//! run's, slot after slot — and reports its CPU per fill. So the compacted wake's extra CPU splits, in the same run, into the
-//! kernel's fill (which weft cannot make cheaper: the page must be allocated, charged and
-//! copied, and one fill in eight allocates a page-table page) and weft's own part.
+//! run's, slot after slot — and reports its CPU per fill. So the compacted wake's extra CPU
+//! splits, in the same run, into the kernel's fill (which weft cannot make cheaper: the page
+//! must be allocated, charged and copied, and one fill in eight allocates a page-table page)
+//! and weft's own part.
 //!
 //! Owns: the experiment and its peer (`weft-bench peer wake`, [`PeerArgs`]).
 //! May call: weft, `runner`, `report`. Called by: `cli/mod.rs`, `peer.rs`.
@@ -269,7 +270,7 @@ fn kernel_fill(n: usize) -> Result<Value, String> {
         let cpu = (crate::cpu_time() - cpu0).as_nanos() as f64 / n as f64;
         Ok(json!({
             "tasks": n,
-            "policy": "kernel-fill",
+            "policy": KERNEL_FILL,
             "cpu_ns_per_wake": cpu,
             "cpu_ns_per_wake_with_cleanup": cpu,
         }))
@@ -281,6 +282,9 @@ fn kernel_fill(n: usize) -> Result<Value, String> {
     }
     result
 }
+
+/// The name of the `kernel-fill` program in the table (it has no ratio to the resident runs).
+const KERNEL_FILL: &str = "kernel-fill";
 
 const COLUMNS: [(&str, &str); 4] = [
     ("p50_ns", "wake latency p50 ns"),
@@ -303,7 +307,7 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
     let programs = vec![
         Program::command("resident", me("resident")),
         Program::command("compacted", me("compacted")),
-        Program::command("kernel-fill", me("kernel-fill")),
+        Program::command(KERNEL_FILL, me(KERNEL_FILL)),
     ];
     let outcomes = runner::alternate(ctx, &pb, "wake", json!({"tasks": n}), programs);
     pb.finish_and_clear();
@@ -320,7 +324,7 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
             let mut r = vec![o.peer.to_string()];
             r.extend(o.cells(COLUMNS.iter().map(|(key, _)| *key)));
             for key in ["p50_ns", "cpu_ns_per_wake_with_cleanup"] {
-                r.push(if o.peer == "kernel-fill" {
+                r.push(if o.peer == KERNEL_FILL {
                     String::new()
                 } else {
                     o.ratio_cell(resident, key)

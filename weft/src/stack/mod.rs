@@ -126,7 +126,7 @@ pub const TRIM_BATCH: usize = 128;
 /// with 256, in 15,763, with half the `madvise` and `process_madvise` calls. Spawned until
 /// all parked (`examples/million`, alternated ×8): 3,412 ms against 3,888 (medians; median
 /// ratio ×0.91), settled memory unchanged (791–799 B against 791–795).
-pub const LOCAL_REFILL: usize = 256;
+pub const LOCAL_REFILL: usize = WORKER_WARM_SLOTS;
 /// Slots a worker hands back to the shared pool at once when its cache is full.
 pub const LOCAL_SPILL: usize = 64;
 /// log2 sizes of the classes: MIN_STACK_SIZE..=MAX_STACK_SIZE.
