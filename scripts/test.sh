@@ -18,7 +18,7 @@ cargo test --workspace
 # The interposed libc calls (weft feature `interpose`, off by default), in their own test
 # binaries: the feature replaces libc functions for the whole process.
 cargo test -p weft --features interpose --test interpose_sleep --test interpose_net \
-  --test interpose_ureq --test interpose_redis
+  --test interpose_ureq --test interpose_redis --test interpose_cancel
 
 # The monitor's reports through the `log` crate (weft feature `log`, off by default).
 cargo test -p weft --features log --test monitor_log

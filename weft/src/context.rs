@@ -34,9 +34,16 @@
 //! on the descriptor, not in a park). The error is the context's own, distinct from the
 //! timeouts of the operations inside (`recv_timeout` still returns its own timeout error).
 //! What an operation cut short does to its data is what a cancelled task's unwind does
-//! ([`Task::cancel`](crate::task::Task::cancel) says it for channels): no value is lost or
-//! duplicated, a value being sent is either delivered or dropped with the frame that owned
-//! it, and a lock or semaphore wait leaves its queue (passing on what it was granted).
+//! ([`Task::cancel`](crate::task::Task::cancel) says it): an operation that completed before
+//! the cancel returns its result (a value handed to a receiver is never dropped), a value
+//! being sent is either delivered or dropped with the frame that owned it, and a lock or
+//! semaphore wait leaves its queue (passing on what it was granted).
+//!
+//! A blocking libc call that the `interpose` feature parks (a sync crate's socket read, a
+//! `std::thread::sleep`, a name lookup) cannot be unwound through: it fails instead, with
+//! `ETIMEDOUT` when the deadline passed and `ECANCELED` for a cancel (a sleep returns early),
+//! as do the task's later such calls inside the scope; the scope is *cut short*, and `bind`
+//! returns the context's error once the closure returns, whatever it returned.
 //!
 //! Owns: [`Context`] (a reference to an `Inner`), [`ContextError`], the deadline thread.
 //! An `Inner`'s `state` is an atomic anyone reads; its `links` (the done channel's sender,
@@ -306,9 +313,10 @@ impl Context {
 
     /// Runs `f` with the current task (or plain thread) bound to this context: if the
     /// context is cancelled meanwhile, the blocking operation `f` is parked in (or its next
-    /// one) unwinds back to here and `bind` returns the context's error (module doc). Runs
-    /// nothing and returns the error at once if the context has already ended. A panic in
-    /// `f` passes through; binds nest.
+    /// one) unwinds back to here and `bind` returns the context's error (module doc); an
+    /// interposed libc call it cut short fails instead, and `bind` returns the error when `f`
+    /// returns. Runs nothing and returns the error at once if the context has already ended.
+    /// A panic in `f` passes through; binds nest.
     ///
     /// # Errors
     /// [`ContextError::Cancelled`] or [`ContextError::DeadlineExceeded`] when the context
@@ -332,8 +340,17 @@ impl Context {
             }
         };
         let outcome = catch_unwind(AssertUnwindSafe(f));
+        // An interposed call inside `f` reported this scope's cancellation as an error
+        // (`cut_short`): `f` returned, but what it returned is the fallout of that error.
+        let me = Arc::as_ptr(&self.inner) as usize;
+        let cut_short =
+            crate::task::local::with_locals(|l| std::mem::replace(&mut l.cut_short, 0) == me);
         drop(scope);
         match outcome {
+            Ok(_) if cut_short => Err(self
+                .inner
+                .error()
+                .expect("weft: a context scope was cut short while active")),
             Ok(value) => Ok(value),
             Err(payload) => match payload.downcast_ref::<ScopeUnwind>() {
                 Some(unwind) if unwind.0 == Arc::as_ptr(&self.inner) as usize => Err(self
@@ -421,6 +438,63 @@ pub(crate) fn unwind_if_scope_cancelled(header: &Header) {
     if let Some(target) = target {
         resume_unwind(Box::new(ScopeUnwind(target)));
     }
+}
+
+#[cfg(feature = "interpose")]
+/// For a call that reports cancellation as an error instead of unwinding (interpose): the
+/// error of the outermost cancelled scope the running task is bound to, which is marked cut
+/// short so that its `bind` returns that error once its closure returns. Clears a stale
+/// `SCOPE` bit, as a park does.
+pub(crate) fn cut_short(header: &Header) -> Option<ContextError> {
+    let found = crate::task::local::with_header_locals(header, |locals| {
+        let locals = locals?;
+        let target = outermost_cancelled(&locals.scopes)?;
+        mark_cut_short(locals, target)
+    });
+    if found.is_none() {
+        header
+            .interrupt
+            .fetch_and(!interrupt::SCOPE, Ordering::Relaxed);
+    }
+    found
+}
+
+#[cfg(feature = "interpose")]
+/// A context's unwind caught by a call that reports it as an error (interpose): marks the
+/// scope cut short, as [`cut_short`] does, and sets the `SCOPE` bit again (the unwind
+/// cleared it) so the task's next park unwinds to that scope. `None` if `payload` is not a
+/// context's unwind.
+pub(crate) fn caught_scope_unwind(
+    header: &Header,
+    payload: &(dyn Any + Send),
+) -> Option<ContextError> {
+    let target = payload.downcast_ref::<ScopeUnwind>()?.0;
+    header
+        .interrupt
+        .fetch_or(interrupt::SCOPE, Ordering::Relaxed);
+    crate::task::local::with_header_locals(header, |locals| mark_cut_short(locals?, target))
+}
+
+#[cfg(feature = "interpose")]
+/// Marks the scope at address `target` (one of `locals.scopes`) cut short; its error.
+fn mark_cut_short(
+    locals: &mut crate::task::local::TaskLocals,
+    target: usize,
+) -> Option<ContextError> {
+    locals.cut_short = target;
+    locals
+        .scopes
+        .iter()
+        .find(|s| Arc::as_ptr(s) as usize == target)
+        .and_then(|s| s.error())
+}
+
+/// Whether a plain thread is bound to a cancelled scope (a cancellable park's check).
+pub(crate) fn thread_scope_cancelled() -> bool {
+    !std::thread::panicking()
+        && crate::task::local::with_thread_locals(|l| outermost_cancelled(&l.scopes))
+            .flatten()
+            .is_some()
 }
 
 /// The same for a plain OS thread, around its parks (park/mod.rs).

@@ -10,7 +10,7 @@ use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::time::Instant;
 
-use super::{earliest, wait, Chan, Entry, Selector, Side, TryRecv, TrySend};
+use super::{earliest, wait, Chan, Entry, Selector, Side, TryRecv, TrySend, Waited};
 
 /// One arm of a `select!`, type-erased.
 pub trait SelectArm {
@@ -36,13 +36,16 @@ pub enum Selected {
 }
 
 /// Go's `selectgo`: poll every arm in a random order, else register on all and park.
+/// `park` returns true when a cancellation is pending; then, unless an arm completed first,
+/// every arm is unregistered with nothing taken and the result is `None`: the caller unwinds
+/// (core.rs invariant 8), or selects again if the cancellation turned out stale.
 pub(crate) fn select(
     arms: &mut [&mut dyn SelectArm],
     deadline: Option<Instant>,
     default: bool,
     order: &mut dyn FnMut(&mut [usize]),
-    park: &mut dyn FnMut(Option<Instant>),
-) -> Selected {
+    park: &mut dyn FnMut(Option<Instant>) -> bool,
+) -> Option<Selected> {
     const MAX_ARMS: usize = 64;
     assert!(
         arms.len() <= MAX_ARMS,
@@ -58,14 +61,14 @@ pub(crate) fn select(
         order(perm);
         for &i in perm.iter() {
             if arms[i].try_now() {
-                return Selected::Arm(i);
+                return Some(Selected::Arm(i));
             }
         }
         if default {
-            return Selected::Default;
+            return Some(Selected::Default);
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Selected::Timeout;
+            return Some(Selected::Timeout);
         }
         let sel = Selector::new();
         let mut registered = 0;
@@ -80,13 +83,18 @@ pub(crate) fn select(
         let wake_at = arms
             .iter()
             .fold(deadline, |at, arm| earliest(at, arm.deadline()));
+        let mut cancelled = false;
         let waited = catch_unwind(AssertUnwindSafe(|| {
             if ready {
-                sel.abort().err()
-            } else if wait(&sel, wake_at, park) {
-                sel.selected()
-            } else {
-                None
+                return sel.abort().err();
+            }
+            match wait(&sel, wake_at, park) {
+                Waited::Selected => sel.selected(),
+                Waited::Aborted => None,
+                Waited::Cancelled => {
+                    cancelled = true;
+                    None
+                }
             }
         }));
         let chosen = match &waited {
@@ -101,7 +109,10 @@ pub(crate) fn select(
             resume_unwind(payload);
         }
         if let Some(i) = chosen {
-            return Selected::Arm(i);
+            return Some(Selected::Arm(i));
+        }
+        if cancelled {
+            return None;
         }
     }
 }

@@ -44,6 +44,13 @@
 //!    channel, so every transition out of WAITING — a claim, or the owner's abort on timeout
 //!    or unwind — happens under that channel's lock: they are plain loads and stores, not
 //!    CAS. A `select!`'s selector is claimed from several channels' locks and uses CAS.
+//! 8. Cancel safety: a blocked party's park never unwinds (park/mod.rs invariant 3); it says
+//!    a cancellation is pending, and the party aborts its selector — under the channel lock
+//!    for a single operation, by CAS for a `select!`. If the abort wins, no peer touched the
+//!    entries (a send still holds its value) and the party reports `Cancelled`, so the caller
+//!    unwinds with nothing handed to it; if a peer claimed it first, the party completes as
+//!    usual with what it was handed, and the cancellation takes effect at its next wait. A
+//!    value is never handed to a party that then drops it in an unwind.
 //!
 //! May call: `park`. Called by: `chan` (Sender, Receiver, select!), `time` (after, tick).
 //!
@@ -359,6 +366,9 @@ pub(crate) enum SendOutcome<T> {
     Sent,
     Disconnected(T),
     Timeout(T),
+    /// The park said a cancellation is pending and no receiver took the value (invariant 8):
+    /// the caller unwinds, or retries if the cancellation turned out stale.
+    Cancelled(T),
 }
 
 /// Result of a receive that may time out.
@@ -366,6 +376,30 @@ pub(crate) enum RecvOutcome<T> {
     Got(T),
     Disconnected,
     Timeout,
+    /// As [`SendOutcome::Cancelled`]: nothing was handed to this receiver.
+    Cancelled,
+}
+
+/// How a single-entry wait ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Waited {
+    /// A peer claimed the entry: its slot holds the outcome.
+    Selected,
+    /// Its deadline (or a timer channel's tick) passed first; the entry is out of the queue.
+    Aborted,
+    /// A cancellation is pending and no peer claimed the entry, which is out of the queue.
+    Cancelled,
+}
+
+impl Waited {
+    /// `Selected` if `abort_one` found the entry claimed, else `otherwise`.
+    fn after_abort(claimed: bool, otherwise: Waited) -> Waited {
+        if claimed {
+            Waited::Selected
+        } else {
+            otherwise
+        }
+    }
 }
 
 /// Pops the first entry of `queue` that can be claimed, dropping stale ones (invariant 3). The
@@ -574,8 +608,8 @@ impl<T> Chan<T> {
     }
 
     /// Waits for the single entry `entry` of `sel`, queued on `side` under the lock just
-    /// released; true if selected. Always leaves the entry out of the queue, also when the park
-    /// unwinds (invariant 3).
+    /// released. Always leaves the entry out of the queue, also when the park unwinds
+    /// (invariant 3).
     #[inline(always)]
     fn wait_one(
         &self,
@@ -583,8 +617,8 @@ impl<T> Chan<T> {
         side: Side,
         entry: &Entry<T>,
         wake_at: Option<Instant>,
-        park: &mut impl FnMut(Option<Instant>),
-    ) -> bool {
+        park: &mut impl FnMut(Option<Instant>) -> bool,
+    ) -> Waited {
         let unwinding = AbortOnUnwind {
             chan: self,
             sel,
@@ -593,17 +627,20 @@ impl<T> Chan<T> {
         };
         // Park before the first look at the state: the entry was queued only now, and a claim
         // since then has woken us, which makes this park return at once (invariant 4).
-        let selected = loop {
+        let waited = loop {
             if wake_at.is_some_and(|d| Instant::now() >= d) {
-                break self.abort_one(sel, side, entry);
+                break Waited::after_abort(self.abort_one(sel, side, entry), Waited::Aborted);
             }
-            park(wake_at);
+            if park(wake_at) {
+                // Invariant 8: a claim that came first keeps its value.
+                break Waited::after_abort(self.abort_one(sel, side, entry), Waited::Cancelled);
+            }
             if sel.selected().is_some() {
-                break true; // the claimer popped it
+                break Waited::Selected; // the claimer popped it
             }
         };
         std::mem::forget(unwinding);
-        selected
+        waited
     }
 
     /// Gives up a single-entry wait under the channel lock (invariant 7); true if a claimer
@@ -621,11 +658,12 @@ impl<T> Chan<T> {
     }
 
     /// Sends, parking with `park(deadline)` while the channel is full, until `deadline`.
+    /// `park` returns true when a cancellation is pending (invariant 8).
     pub(crate) fn send(
         &self,
         value: T,
         deadline: Option<Instant>,
-        park: &mut impl FnMut(Option<Instant>),
+        park: &mut impl FnMut(Option<Instant>) -> bool,
     ) -> SendOutcome<T> {
         let mut state = self.lock();
         let value = match state.try_send(value) {
@@ -644,20 +682,22 @@ impl<T> Chan<T> {
         // unwind (invariant 3).
         unsafe { state.senders.push_back(&entry) };
         drop(state);
-        let selected = self.wait_one(&sel, Side::Senders, &entry, deadline, park);
+        let waited = self.wait_one(&sel, Side::Senders, &entry, deadline, park);
         // SAFETY: invariant 1: selected (seen with Acquire in `wait`) or aborted and dequeued.
-        match unsafe { entry.take() } {
-            None => SendOutcome::Sent,
-            Some(value) if selected => SendOutcome::Disconnected(value),
-            Some(value) => SendOutcome::Timeout(value),
+        match (unsafe { entry.take() }, waited) {
+            (None, _) => SendOutcome::Sent,
+            (Some(value), Waited::Selected) => SendOutcome::Disconnected(value),
+            (Some(value), Waited::Aborted) => SendOutcome::Timeout(value),
+            (Some(value), Waited::Cancelled) => SendOutcome::Cancelled(value),
         }
     }
 
     /// Receives, parking with `park(deadline)` while the channel is empty, until `deadline`.
+    /// `park` returns true when a cancellation is pending (invariant 8).
     pub(crate) fn recv(
         &self,
         deadline: Option<Instant>,
-        park: &mut impl FnMut(Option<Instant>),
+        park: &mut impl FnMut(Option<Instant>) -> bool,
     ) -> RecvOutcome<T> {
         loop {
             let mut state = self.lock();
@@ -677,11 +717,13 @@ impl<T> Chan<T> {
             // A timer channel is its own waker: wake up at its next tick.
             let wake_at = earliest(deadline, state.timer.as_ref().map(|t| t.next));
             drop(state);
-            if !self.wait_one(&sel, Side::Receivers, &entry, wake_at, park) {
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    return RecvOutcome::Timeout;
+            match self.wait_one(&sel, Side::Receivers, &entry, wake_at, park) {
+                Waited::Selected => {}
+                Waited::Cancelled => return RecvOutcome::Cancelled,
+                Waited::Aborted if deadline.is_some_and(|d| Instant::now() >= d) => {
+                    return RecvOutcome::Timeout
                 }
-                continue; // the timer is due
+                Waited::Aborted => continue, // the timer is due
             }
             // SAFETY: invariant 1: selected, seen with Acquire in `wait`.
             return match unsafe { entry.take() } {
@@ -752,20 +794,24 @@ pub(crate) fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant
     }
 }
 
-/// Parks until `sel` is selected or `deadline` passes; then aborts. True if selected (the
-/// owner may read its entries' slots: invariant 1), false if aborted (no peer will).
+/// Parks until `sel` is selected, `deadline` passes or `park` says a cancellation is
+/// pending; then aborts. `Selected` if selected (the owner may read its entries' slots:
+/// invariant 1), else `Aborted` or `Cancelled` (no peer will touch them).
 pub(crate) fn wait(
     sel: &Selector,
     deadline: Option<Instant>,
-    park: &mut dyn FnMut(Option<Instant>),
-) -> bool {
+    park: &mut dyn FnMut(Option<Instant>) -> bool,
+) -> Waited {
     loop {
         if sel.selected().is_some() {
-            return true;
+            return Waited::Selected;
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            return sel.abort().is_err();
+            return Waited::after_abort(sel.abort().is_err(), Waited::Aborted);
         }
-        park(deadline);
+        if park(deadline) {
+            // Invariant 8: an arm a peer completed first keeps its value.
+            return Waited::after_abort(sel.abort().is_err(), Waited::Cancelled);
+        }
     }
 }

@@ -25,11 +25,21 @@
 //! 2. Every blocking operation parks only the calling task (its worker runs others), or blocks
 //!    the calling OS thread when called outside a task.
 //!
+//! # Cancel safety
 //! Cancellation (`Task::cancel`, a bound `Context`, shutdown) unwinds a blocked send, receive
-//! or `select!` at its park, and invariant 1 still holds: a value being sent was either taken
-//! by a receiver first or is dropped with the sender's frame; a cancelled receiver leaves the
-//! channel's values to the others, except one handed to it at the very moment of the cancel,
-//! which its frame drops. Checked by `tests/chan_drops.rs` and `tests/cancel.rs`.
+//! or `select!` only if the operation did not complete; invariant 1 holds throughout:
+//!
+//! | operation | when the waiting task is cancelled |
+//! |---|---|
+//! | `recv`, `recv_timeout`, `recv_deadline`, `iter` | a value handed to it before the cancel is returned; else it unwinds and the channel's values stay for the other receivers |
+//! | `send`, `send_timeout`, `send_deadline` | if a receiver took the value it returns `Ok`; else it unwinds and the value is dropped with the sender's frame (it never reached the channel) |
+//! | `select!` (every arm kind) | the arm a peer completed before the cancel runs, with its value; else it unwinds and no arm took or gave anything |
+//! | `try_send`, `try_recv` | never wait, never cancelled |
+//!
+//! Either way the cancellation is not lost: a task that completed its operation unwinds at
+//! its next wait (park/mod.rs invariant 3). Checked by `tests/cancel_handoff.rs` (a
+//! randomized stress over every hand-off kind), `tests/chan_drops.rs`, `tests/cancel.rs` and
+//! the loom model `loom_chan::a_cancelled_receiver_keeps_or_leaves_the_value`.
 //!
 //! May call: `park`, `sched` (through `park`), `stack` (waitq.rs: a compacted entry's restore).
 //! Called by: users, `time` (after, tick).
@@ -79,27 +89,53 @@ pub(crate) fn timer_receiver<T>(
     }
 }
 
-/// Parks the caller (task or thread) until woken or `deadline`, for `reason`. Always inlined
-/// into `park_send` and `park_recv`, as it was into the one caller it had before reasons: an
-/// out-of-line call here cost the ping-pong path a call and its spills (callgrind).
+/// Parks the caller (task or thread) until woken or `deadline`, for `reason`; true if a
+/// cancellation is pending, which the core answers by aborting its wait (core.rs invariant
+/// 8). Always inlined into `park_send` and `park_recv`, as it was into the one caller it had
+/// before reasons: an out-of-line call here cost the ping-pong path a call and its spills
+/// (callgrind).
 #[inline(always)]
-fn park(deadline: Option<Instant>, reason: crate::park::ParkReason) {
-    match deadline {
-        Some(deadline) => crate::park::park_current_until(deadline, reason),
-        None => crate::park::park_current(reason),
-    }
+fn park(deadline: Option<Instant>, reason: crate::park::ParkReason) -> bool {
+    crate::park::park_current_cancellable(deadline, reason)
 }
 
 /// [`park`] for a send (park/reason.rs invariant 1).
 #[inline]
-fn park_send(deadline: Option<Instant>) {
-    park(deadline, crate::park::ParkReason::ChanSend);
+fn park_send(deadline: Option<Instant>) -> bool {
+    park(deadline, crate::park::ParkReason::ChanSend)
 }
 
 /// [`park`] for a receive.
 #[inline]
-fn park_recv(deadline: Option<Instant>) {
-    park(deadline, crate::park::ParkReason::ChanRecv);
+fn park_recv(deadline: Option<Instant>) -> bool {
+    park(deadline, crate::park::ParkReason::ChanRecv)
+}
+
+/// A blocking send until `deadline`; a cancellation that found the value not taken unwinds
+/// here, the value dropped with this frame (core.rs invariant 8).
+#[inline(always)]
+fn send_until<T>(chan: &Chan<T>, mut value: T, deadline: Option<Instant>) -> SendOutcome<T> {
+    loop {
+        match chan.send(value, deadline, &mut park_send) {
+            SendOutcome::Cancelled(back) => {
+                value = back;
+                // Returns only if the cancellation was stale: send again.
+                crate::park::unwind_if_cancelled();
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
+/// A blocking receive until `deadline`; a cancellation with nothing handed over unwinds here.
+#[inline(always)]
+fn recv_until<T>(chan: &Chan<T>, deadline: Option<Instant>) -> RecvOutcome<T> {
+    loop {
+        match chan.recv(deadline, &mut park_recv) {
+            RecvOutcome::Cancelled => crate::park::unwind_if_cancelled(),
+            outcome => return outcome,
+        }
+    }
 }
 
 /// The sending side of a channel. Clone it for more senders.
@@ -120,9 +156,11 @@ impl<T> Sender<T> {
     /// When every receiver is gone; the error gives the value back.
     pub fn send(&self, value: T) -> Result<(), SendError<T>> {
         crate::sched::coop::spend();
-        match self.chan.send(value, None, &mut park_send) {
+        match send_until(&self.chan, value, None) {
             SendOutcome::Sent => Ok(()),
-            SendOutcome::Disconnected(value) | SendOutcome::Timeout(value) => Err(SendError(value)),
+            SendOutcome::Disconnected(value)
+            | SendOutcome::Timeout(value)
+            | SendOutcome::Cancelled(value) => Err(SendError(value)),
         }
     }
 
@@ -158,10 +196,12 @@ impl<T> Sender<T> {
     /// On timeout or disconnection; both give the value back.
     pub fn send_deadline(&self, value: T, deadline: Instant) -> Result<(), SendTimeoutError<T>> {
         crate::sched::coop::spend();
-        match self.chan.send(value, Some(deadline), &mut park_send) {
+        match send_until(&self.chan, value, Some(deadline)) {
             SendOutcome::Sent => Ok(()),
             SendOutcome::Disconnected(value) => Err(SendTimeoutError::Disconnected(value)),
-            SendOutcome::Timeout(value) => Err(SendTimeoutError::Timeout(value)),
+            SendOutcome::Timeout(value) | SendOutcome::Cancelled(value) => {
+                Err(SendTimeoutError::Timeout(value))
+            }
         }
     }
 
@@ -193,9 +233,11 @@ impl<T> Receiver<T> {
     /// When the channel is empty and every sender is gone.
     pub fn recv(&self) -> Result<T, RecvError> {
         crate::sched::coop::spend();
-        match self.chan.recv(None, &mut park_recv) {
+        match recv_until(&self.chan, None) {
             RecvOutcome::Got(value) => Ok(value),
-            RecvOutcome::Disconnected | RecvOutcome::Timeout => Err(RecvError),
+            RecvOutcome::Disconnected | RecvOutcome::Timeout | RecvOutcome::Cancelled => {
+                Err(RecvError)
+            }
         }
     }
 
@@ -229,10 +271,10 @@ impl<T> Receiver<T> {
     /// On timeout, or when the channel is empty and every sender is gone.
     pub fn recv_deadline(&self, deadline: Instant) -> Result<T, RecvTimeoutError> {
         crate::sched::coop::spend();
-        match self.chan.recv(Some(deadline), &mut park_recv) {
+        match recv_until(&self.chan, Some(deadline)) {
             RecvOutcome::Got(value) => Ok(value),
             RecvOutcome::Disconnected => Err(RecvTimeoutError::Disconnected),
-            RecvOutcome::Timeout => Err(RecvTimeoutError::Timeout),
+            RecvOutcome::Timeout | RecvOutcome::Cancelled => Err(RecvTimeoutError::Timeout),
         }
     }
 

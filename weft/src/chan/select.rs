@@ -74,8 +74,8 @@ fn shuffle(order: &mut [usize]) {
     }
 }
 
-fn park(deadline: Option<Instant>) {
-    super::park(deadline, crate::park::ParkReason::Select);
+fn park(deadline: Option<Instant>) -> bool {
+    super::park(deadline, crate::park::ParkReason::Select)
 }
 
 /// Runs a select over `arms`: the `select!` expansion calls this.
@@ -84,7 +84,14 @@ pub fn run(arms: &mut [&mut dyn SelectArm], deadline: Option<Instant>, default: 
     if !default {
         crate::sched::coop::spend(); // a select that may block: coop.rs invariant 2
     }
-    super::core::select(arms, deadline, default, &mut shuffle, &mut park)
+    loop {
+        match super::core::select(arms, deadline, default, &mut shuffle, &mut park) {
+            Some(selected) => return selected,
+            // Cancelled with no arm completed (core.rs invariant 8); returns only if the
+            // cancellation was stale, and the select polls again.
+            None => crate::park::unwind_if_cancelled(),
+        }
+    }
 }
 
 impl<T> RecvArm<'_, T> {

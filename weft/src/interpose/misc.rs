@@ -4,9 +4,9 @@
 //! Owns: nothing.
 //!
 //! Invariants:
-//! 1. A sleep in a task parks on its worker's timers (`time::sleep`); a cancellation at
-//!    shutdown ends it early with success (interpose/mod.rs invariant 3), so std's
-//!    `thread::sleep` loop returns instead of retrying.
+//! 1. A sleep in a task parks on its worker's timers (`time::sleep`); a cancellation ends it
+//!    early with success (interpose/mod.rs invariant 3), so std's `thread::sleep` loop
+//!    returns instead of retrying; a cancelled task's sleeps return at once.
 //! 2. `getaddrinfo` in a task runs on the blocking pool with owned copies of its arguments, so
 //!    a lookup that outlives a cancelled caller reads and writes none of the caller's memory.
 //! 3. `close`, `dup2` and `dup3` reset the entry of the number they end before the real call
@@ -34,7 +34,7 @@ fn duration(ts: &timespec) -> Option<Duration> {
 /// Invariant 1: parks the task for `d`.
 fn sleep_parked(d: Duration) {
     let saved = errno();
-    guard(|| (), || crate::time::sleep(d));
+    guard(|_| (), || crate::time::sleep(d));
     set_errno(saved);
 }
 
@@ -164,8 +164,8 @@ pub unsafe extern "C" fn getaddrinfo(
         (r, errno(), out as usize)
     };
     let saved = errno();
-    match guard(|| None, || Some(crate::task::try_spawn_blocking(lookup))) {
-        Some(Ok((r, e, out))) => {
+    match guard(Err, || Ok(crate::task::try_spawn_blocking(lookup))) {
+        Ok(Ok((r, e, out))) => {
             if r == 0 {
                 // SAFETY: the caller's contract: `res` is writable.
                 unsafe { *res = out as *mut addrinfo };
@@ -177,9 +177,9 @@ pub unsafe extern "C" fn getaddrinfo(
         }
         // No thread for it: resolve here, blocking the worker, rather than fail.
         // SAFETY: the caller's contract.
-        Some(Err(_)) => unsafe { real::getaddrinfo(node, service, hints, res) },
-        None => {
-            set_errno(libc::ECANCELED);
+        Ok(Err(_)) => unsafe { real::getaddrinfo(node, service, hints, res) },
+        Err(e) => {
+            set_errno(e);
             libc::EAI_SYSTEM
         }
     }

@@ -32,10 +32,17 @@
 //!    call (sched/epoll.rs), parks only
 //!    between tasks (not `active()`), and every `weft::net` descriptor is marked `WEFT` in the
 //!    table, so calls on it pass through.
-//! 3. A park inside an interposer never unwinds into its C caller: a runtime shutdown cancels
-//!    a parked task by unwinding from its park, which cannot cross an `extern "C"` frame, so
-//!    `guard` catches it and the call fails with `ECANCELED` (a sleep returns early). Any
-//!    other unwind there is a weft bug and aborts.
+//! 3. A cancellation never unwinds into an interposer's C caller (an unwind cannot cross an
+//!    `extern "C"` frame): every interposer that may wait runs under `guard`, which fails the
+//!    call at once when the task is cancelled already, and catches the unwind of a park
+//!    inside it. The call fails with `ETIMEDOUT` when a bound `Context`'s deadline passed,
+//!    `ECANCELED` for `Task::cancel`, a `Context::cancel` or shutdown (a sleep returns early
+//!    with success, so std's `thread::sleep` does not retry it). A cancelled task's every
+//!    later interposed call that may wait fails the same way, at once, so a sync crate's
+//!    retry loop ends instead of waiting again; the task unwinds at its next weft park. The
+//!    `Context::bind` whose cancellation failed a call returns the context's error when its
+//!    closure returns (context.rs `cut_short`). Any other unwind there is a weft bug and
+//!    aborts.
 //! 4. `errno` on return is the real call's (on failure) or what it was on entry (on success).
 //!
 //! May call: `sched::io`, `park`, `time`, `task` (spawn_blocking), libc. Called by: every
@@ -110,20 +117,40 @@ fn fail<T: From<i8>>(e: c_int) -> T {
     T::from(-1)
 }
 
-/// Invariant 3: runs `f` (which may park), turning a shutdown's cancellation into
-/// `cancelled()`.
-fn guard<R>(cancelled: impl FnOnce() -> R, f: impl FnOnce() -> R) -> R {
+/// Invariant 3: runs `f` (which may park), turning a cancellation into `cancelled(errno)`:
+/// at once if the task is cancelled already (a cancelled task's calls fail without waiting),
+/// or when a park inside `f` unwinds for one. The errno is `ETIMEDOUT` for a `Context`
+/// deadline, `ECANCELED` for the rest.
+fn guard<R>(cancelled: impl FnOnce(c_int) -> R, f: impl FnOnce() -> R) -> R {
+    if let Some(why) = crate::sched::cancellation_as_error() {
+        return cancelled(cancel_errno(why));
+    }
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(r) => r,
-        Err(payload) if payload.is::<crate::task::Cancelled>() => cancelled(),
-        Err(_) => {
-            let msg = b"weft: interpose: a panic inside an interposed libc call\n";
-            // SAFETY: a raw write of a live buffer to stderr, then abort.
-            unsafe {
-                libc::syscall(libc::SYS_write, 2, msg.as_ptr(), msg.len());
-                libc::abort();
+        Err(payload) => match crate::sched::caught_cancellation(&*payload) {
+            Some(why) => cancelled(cancel_errno(why)),
+            None => {
+                // The payload is dropped by the abort's exit, never here (its `Drop` could
+                // unwind again).
+                std::mem::forget(payload);
+                let msg = b"weft: interpose: a panic inside an interposed libc call\n";
+                // SAFETY: a raw write of a live buffer to stderr, then abort.
+                unsafe {
+                    libc::syscall(libc::SYS_write, 2, msg.as_ptr(), msg.len());
+                    libc::abort();
+                }
             }
+        },
+    }
+}
+
+/// The errno a call cut short by `why` fails with (invariant 3).
+fn cancel_errno(why: crate::park::Cancellation) -> c_int {
+    match why {
+        crate::park::Cancellation::Context(crate::context::ContextError::DeadlineExceeded) => {
+            libc::ETIMEDOUT
         }
+        _ => libc::ECANCELED,
     }
 }
 

@@ -45,48 +45,45 @@ fn transfer(
     all: bool,
     mut op: impl FnMut(usize) -> isize,
 ) -> isize {
-    guard(
-        || fail(libc::ECANCELED),
-        || {
-            crate::sched::coop::spend(); // sched/coop.rs invariant 2, as in `weft::net`
-            let saved = errno();
-            let r = op(0);
-            if r < 0 && errno() != libc::EAGAIN {
-                return r;
-            }
-            let partial = r > 0 && all && (r as usize) < len;
-            if r >= 0 && !partial {
-                set_errno(saved);
-                return r;
-            }
-            if !user_blocking(fd) {
-                set_errno(if r < 0 { libc::EAGAIN } else { saved });
-                return r;
-            }
-            let option = match dir {
-                Direction::Read => libc::SO_RCVTIMEO,
-                Direction::Write => libc::SO_SNDTIMEO,
-            };
-            let deadline = deadline_after(socket_timeout(fd, option));
-            let mut done = r.max(0) as usize;
-            loop {
-                let r = retry_parked(fd, dir, deadline, || op(done));
-                if r < 0 {
-                    if done > 0 {
-                        set_errno(saved);
-                        return done as isize;
-                    }
-                    return r;
-                }
-                done += r as usize;
-                // `r == 0` with bytes left is end of stream (a receive).
-                if !all || done >= len || r == 0 {
+    guard(fail, || {
+        crate::sched::coop::spend(); // sched/coop.rs invariant 2, as in `weft::net`
+        let saved = errno();
+        let r = op(0);
+        if r < 0 && errno() != libc::EAGAIN {
+            return r;
+        }
+        let partial = r > 0 && all && (r as usize) < len;
+        if r >= 0 && !partial {
+            set_errno(saved);
+            return r;
+        }
+        if !user_blocking(fd) {
+            set_errno(if r < 0 { libc::EAGAIN } else { saved });
+            return r;
+        }
+        let option = match dir {
+            Direction::Read => libc::SO_RCVTIMEO,
+            Direction::Write => libc::SO_SNDTIMEO,
+        };
+        let deadline = deadline_after(socket_timeout(fd, option));
+        let mut done = r.max(0) as usize;
+        loop {
+            let r = retry_parked(fd, dir, deadline, || op(done));
+            if r < 0 {
+                if done > 0 {
                     set_errno(saved);
                     return done as isize;
                 }
+                return r;
             }
-        },
-    )
+            done += r as usize;
+            // `r == 0` with bytes left is end of stream (a receive).
+            if !all || done >= len || r == 0 {
+                set_errno(saved);
+                return done as isize;
+            }
+        }
+    })
 }
 
 /// `buf` advanced by `done` bytes.
@@ -419,37 +416,34 @@ pub unsafe extern "C" fn accept4(
     if fds::kind(fd) == fds::WEFT {
         return op() as c_int;
     }
-    guard(
-        || fail(libc::ECANCELED),
-        || {
-            crate::sched::coop::spend();
-            let saved = errno();
-            let user_nonblocking = match fds::nb_user(fd) {
-                Some(user_nonblocking) => user_nonblocking,
-                None => {
-                    // SAFETY: F_GETFL takes no argument.
-                    let fl = unsafe { real::fcntl(fd, libc::F_GETFL, 0) };
-                    if fl < 0 || fl & libc::O_NONBLOCK != 0 || !fds::set_nb_under(fd, false) {
-                        return op() as c_int;
-                    }
-                    // fds.rs invariant 2: recorded first, so a plain thread's accept on it
-                    // from now on waits in `poll`.
-                    // SAFETY: F_SETFL takes an int.
-                    unsafe { real::fcntl(fd, libc::F_SETFL, (fl | libc::O_NONBLOCK) as usize) };
-                    false
+    guard(fail, || {
+        crate::sched::coop::spend();
+        let saved = errno();
+        let user_nonblocking = match fds::nb_user(fd) {
+            Some(user_nonblocking) => user_nonblocking,
+            None => {
+                // SAFETY: F_GETFL takes no argument.
+                let fl = unsafe { real::fcntl(fd, libc::F_GETFL, 0) };
+                if fl < 0 || fl & libc::O_NONBLOCK != 0 || !fds::set_nb_under(fd, false) {
+                    return op() as c_int;
                 }
-            };
-            if user_nonblocking {
-                return op() as c_int;
+                // fds.rs invariant 2: recorded first, so a plain thread's accept on it
+                // from now on waits in `poll`.
+                // SAFETY: F_SETFL takes an int.
+                unsafe { real::fcntl(fd, libc::F_SETFL, (fl | libc::O_NONBLOCK) as usize) };
+                false
             }
-            let deadline = deadline_after(socket_timeout(fd, libc::SO_RCVTIMEO));
-            let r = retry_parked(fd, Direction::Read, deadline, op);
-            if r >= 0 {
-                set_errno(saved);
-            }
-            r as c_int
-        },
-    )
+        };
+        if user_nonblocking {
+            return op() as c_int;
+        }
+        let deadline = deadline_after(socket_timeout(fd, libc::SO_RCVTIMEO));
+        let r = retry_parked(fd, Direction::Read, deadline, op);
+        if r >= 0 {
+            set_errno(saved);
+        }
+        r as c_int
+    })
 }
 
 /// A `connect` on a blocking socket in a task: started non-blocking, then the task parks
@@ -464,70 +458,67 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
     if !active() || fds::kind(fd) == fds::WEFT {
         return real_connect();
     }
-    guard(
-        || fail(libc::ECANCELED),
-        || {
-            crate::sched::coop::spend();
-            let saved = errno();
-            // SAFETY: F_GETFL takes no argument.
-            let fl = unsafe { real::fcntl(fd, libc::F_GETFL, 0) };
-            // The program's own non-blocking connect, or no descriptor at all.
-            if fl < 0 || fl & libc::O_NONBLOCK != 0 {
-                return real_connect();
-            }
-            // SAFETY: F_SETFL takes an int.
-            if unsafe { real::fcntl(fd, libc::F_SETFL, (fl | libc::O_NONBLOCK) as usize) } < 0 {
-                return real_connect();
-            }
-            let r = real_connect();
-            let e = errno();
-            // Back to the program's mode at once: the connection goes on without it.
-            // SAFETY: F_SETFL takes an int.
-            unsafe { real::fcntl(fd, libc::F_SETFL, fl as usize) };
-            if r == 0 {
-                set_errno(saved);
-                return 0;
-            }
-            match e {
-                libc::EINPROGRESS => {}
-                // A full Unix-socket backlog: a blocking connect waits for room.
-                libc::EAGAIN => return real_connect(),
-                _ => return fail(e),
-            }
-            let deadline = deadline_after(socket_timeout(fd, libc::SO_SNDTIMEO));
-            let r = retry_parked(fd, Direction::Write, deadline, || {
-                poll_now(fd, libc::POLLOUT)
-            });
-            if r < 0 {
-                let e = errno();
-                return fail(if e == libc::EAGAIN {
-                    libc::EINPROGRESS
-                } else {
-                    e
-                });
-            }
-            let mut err: c_int = 0;
-            let mut err_len = std::mem::size_of::<c_int>() as socklen_t;
-            // SAFETY: `err` and `err_len` are live and describe a c_int.
-            let r = unsafe {
-                libc::getsockopt(
-                    fd,
-                    libc::SOL_SOCKET,
-                    libc::SO_ERROR,
-                    (&mut err as *mut c_int).cast(),
-                    &mut err_len,
-                )
-            };
-            if r < 0 {
-                return -1;
-            }
-            if err != 0 {
-                return fail(err);
-            }
+    guard(fail, || {
+        crate::sched::coop::spend();
+        let saved = errno();
+        // SAFETY: F_GETFL takes no argument.
+        let fl = unsafe { real::fcntl(fd, libc::F_GETFL, 0) };
+        // The program's own non-blocking connect, or no descriptor at all.
+        if fl < 0 || fl & libc::O_NONBLOCK != 0 {
+            return real_connect();
+        }
+        // SAFETY: F_SETFL takes an int.
+        if unsafe { real::fcntl(fd, libc::F_SETFL, (fl | libc::O_NONBLOCK) as usize) } < 0 {
+            return real_connect();
+        }
+        let r = real_connect();
+        let e = errno();
+        // Back to the program's mode at once: the connection goes on without it.
+        // SAFETY: F_SETFL takes an int.
+        unsafe { real::fcntl(fd, libc::F_SETFL, fl as usize) };
+        if r == 0 {
             set_errno(saved);
-            0
-        },
-    )
+            return 0;
+        }
+        match e {
+            libc::EINPROGRESS => {}
+            // A full Unix-socket backlog: a blocking connect waits for room.
+            libc::EAGAIN => return real_connect(),
+            _ => return fail(e),
+        }
+        let deadline = deadline_after(socket_timeout(fd, libc::SO_SNDTIMEO));
+        let r = retry_parked(fd, Direction::Write, deadline, || {
+            poll_now(fd, libc::POLLOUT)
+        });
+        if r < 0 {
+            let e = errno();
+            return fail(if e == libc::EAGAIN {
+                libc::EINPROGRESS
+            } else {
+                e
+            });
+        }
+        let mut err: c_int = 0;
+        let mut err_len = std::mem::size_of::<c_int>() as socklen_t;
+        // SAFETY: `err` and `err_len` are live and describe a c_int.
+        let r = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_ERROR,
+                (&mut err as *mut c_int).cast(),
+                &mut err_len,
+            )
+        };
+        if r < 0 {
+            return -1;
+        }
+        if err != 0 {
+            return fail(err);
+        }
+        set_errno(saved);
+        0
+    })
 }
 
 /// One non-blocking `poll` of `fd` for `events`: 0 if ready, `EAGAIN` if not.
@@ -563,78 +554,75 @@ pub unsafe extern "C" fn poll(fds_: *mut pollfd, n: nfds_t, timeout: c_int) -> c
         // SAFETY: the caller's contract.
         return unsafe { real::poll(fds_, n, timeout) };
     }
-    guard(
-        || fail(libc::ECANCELED),
-        || {
-            let saved = errno();
+    guard(fail, || {
+        let saved = errno();
+        let r = poll_once();
+        if r != 0 {
+            return r;
+        }
+        let deadline = if timeout < 0 {
+            None
+        } else {
+            deadline_after(Some(Duration::from_millis(timeout as u64)))
+        };
+        if n == 0 {
+            // `poll(NULL, 0, ms)`: a sleep.
+            match deadline {
+                Some(deadline) => crate::time::sleep_until(deadline),
+                None => loop {
+                    crate::park::park_current(crate::park::ParkReason::LibcPoll);
+                },
+            }
+            set_errno(saved);
+            return 0;
+        }
+        if n == 1 {
+            // SAFETY: the caller's contract: `fds_` holds one pollfd.
+            let p = unsafe { *fds_ };
+            const READ: libc::c_short = libc::POLLIN | libc::POLLRDNORM | libc::POLLRDHUP;
+            const WRITE: libc::c_short = libc::POLLOUT | libc::POLLWRNORM;
+            let dir = if p.events & !READ == 0 {
+                Some(Direction::Read)
+            } else if p.events & !WRITE == 0 {
+                Some(Direction::Write)
+            } else {
+                None
+            };
+            if let Some(dir) = dir.filter(|_| p.fd >= 0 && fds::kind(p.fd) != fds::WEFT) {
+                let r = retry_parked(p.fd, dir, deadline, || match poll_once() {
+                    0 => fail(libc::EAGAIN),
+                    n => n as isize,
+                });
+                if r < 0 && errno() == libc::EAGAIN {
+                    set_errno(saved);
+                    return 0;
+                }
+                if r >= 0 {
+                    set_errno(saved);
+                }
+                return r as c_int;
+            }
+        }
+        let mut nap = POLL_NAP_MIN;
+        loop {
+            let now = Instant::now();
+            let wake = match deadline {
+                Some(deadline) if deadline <= now => {
+                    set_errno(saved);
+                    return 0;
+                }
+                Some(deadline) => deadline.min(now + nap),
+                None => now + nap,
+            };
+            crate::time::sleep_until(wake);
             let r = poll_once();
             if r != 0 {
+                if r > 0 {
+                    set_errno(saved);
+                }
                 return r;
             }
-            let deadline = if timeout < 0 {
-                None
-            } else {
-                deadline_after(Some(Duration::from_millis(timeout as u64)))
-            };
-            if n == 0 {
-                // `poll(NULL, 0, ms)`: a sleep.
-                match deadline {
-                    Some(deadline) => crate::time::sleep_until(deadline),
-                    None => loop {
-                        crate::park::park_current(crate::park::ParkReason::LibcPoll);
-                    },
-                }
-                set_errno(saved);
-                return 0;
-            }
-            if n == 1 {
-                // SAFETY: the caller's contract: `fds_` holds one pollfd.
-                let p = unsafe { *fds_ };
-                const READ: libc::c_short = libc::POLLIN | libc::POLLRDNORM | libc::POLLRDHUP;
-                const WRITE: libc::c_short = libc::POLLOUT | libc::POLLWRNORM;
-                let dir = if p.events & !READ == 0 {
-                    Some(Direction::Read)
-                } else if p.events & !WRITE == 0 {
-                    Some(Direction::Write)
-                } else {
-                    None
-                };
-                if let Some(dir) = dir.filter(|_| p.fd >= 0 && fds::kind(p.fd) != fds::WEFT) {
-                    let r = retry_parked(p.fd, dir, deadline, || match poll_once() {
-                        0 => fail(libc::EAGAIN),
-                        n => n as isize,
-                    });
-                    if r < 0 && errno() == libc::EAGAIN {
-                        set_errno(saved);
-                        return 0;
-                    }
-                    if r >= 0 {
-                        set_errno(saved);
-                    }
-                    return r as c_int;
-                }
-            }
-            let mut nap = POLL_NAP_MIN;
-            loop {
-                let now = Instant::now();
-                let wake = match deadline {
-                    Some(deadline) if deadline <= now => {
-                        set_errno(saved);
-                        return 0;
-                    }
-                    Some(deadline) => deadline.min(now + nap),
-                    None => now + nap,
-                };
-                crate::time::sleep_until(wake);
-                let r = poll_once();
-                if r != 0 {
-                    if r > 0 {
-                        set_errno(saved);
-                    }
-                    return r;
-                }
-                nap = (nap * 2).min(POLL_NAP_MAX);
-            }
-        },
-    )
+            nap = (nap * 2).min(POLL_NAP_MAX);
+        }
+    })
 }

@@ -9,6 +9,13 @@
 //! 1. A waiter is woken at most once per registration by the code that took it out of the
 //!    waiting party's structure; waking costs one atomic swap when the task is not parked yet.
 //! 2. Park may return spuriously: every caller parks in a loop that re-checks its condition.
+//! 3. Cancellation (`Task::cancel`, shutdown, a bound `Context`) takes effect at a park,
+//!    *before* it parks, never as it returns: a wait that completed while the caller was
+//!    parked returns its result, and a wake by the cancellation alone makes the caller's
+//!    loop park again, which unwinds (sched/worker.rs "Cancellation at a park"). A wait that
+//!    hands values over (the channels) uses [`park_current_cancellable`], which never
+//!    unwinds: it aborts its wait under its own lock and unwinds only if no peer completed
+//!    it, so no value handed to a cancelled waiter is dropped by its unwind.
 //!
 //! May call: `task`, `sched`. Called by: `task::join`, and later `sync`, `chan`, `time`, `net`.
 
@@ -53,7 +60,8 @@ impl Waiter {
 }
 
 /// Parks the caller: the current task, or else the current thread (invariant 2). `reason`
-/// is what a task dump shows while the task waits (park/reason.rs).
+/// is what a task dump shows while the task waits (park/reason.rs). A pending cancellation
+/// unwinds the caller here, before it parks (invariant 3).
 #[cfg(not(loom))]
 #[inline]
 pub(crate) fn park_current(reason: ParkReason) {
@@ -63,18 +71,22 @@ pub(crate) fn park_current(reason: ParkReason) {
 }
 
 /// A plain thread's park: like a task's, it is where a cancelled `Context` the thread is
-/// bound to unwinds it (context.rs).
+/// bound to unwinds it (context.rs), before it parks (invariant 3).
 #[cfg(not(loom))]
 #[cold]
 fn park_thread(deadline: Option<std::time::Instant>) {
     crate::context::unwind_if_thread_scope_cancelled();
+    park_thread_now(deadline);
+}
+
+#[cfg(not(loom))]
+fn park_thread_now(deadline: Option<std::time::Instant>) {
     match deadline {
         Some(deadline) => {
             std::thread::park_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
         }
         None => std::thread::park(),
     }
-    crate::context::unwind_if_thread_scope_cancelled();
 }
 
 /// Parks the caller until woken or until `deadline` (invariant 2: callers re-check both their
@@ -84,6 +96,51 @@ pub(crate) fn park_current_until(deadline: std::time::Instant, reason: ParkReaso
     if !crate::sched::park_current_task_until(deadline, reason) {
         park_thread(Some(deadline));
     }
+}
+
+/// Parks the caller (until `deadline`, if any) like [`park_current`], except that a pending
+/// cancellation does not unwind: true means "a cancellation is pending" — returned at once
+/// if it was pending before the park, or when it wakes the caller. The caller then ends its
+/// wait under its own protocol (keeping a result that was handed over meanwhile) and, if the
+/// wait did not complete, calls [`unwind_if_cancelled`] (invariant 3).
+#[cfg(not(loom))]
+#[inline]
+pub(crate) fn park_current_cancellable(
+    deadline: Option<std::time::Instant>,
+    reason: ParkReason,
+) -> bool {
+    if let Some(cancelled) = crate::sched::park_current_task_cancellable(deadline, reason) {
+        return cancelled;
+    }
+    park_thread_cancellable(deadline)
+}
+
+#[cfg(not(loom))]
+#[cold]
+fn park_thread_cancellable(deadline: Option<std::time::Instant>) -> bool {
+    if crate::context::thread_scope_cancelled() {
+        return true;
+    }
+    park_thread_now(deadline);
+    crate::context::thread_scope_cancelled()
+}
+
+/// Unwinds the caller if a cancellation is pending (after a [`park_current_cancellable`]
+/// that said so, once the wait is given up); returns if there is none after all (the
+/// `Context` that asked was left meanwhile), and the caller retries its operation.
+#[cfg(not(loom))]
+pub(crate) fn unwind_if_cancelled() {
+    crate::sched::unwind_if_cancelled_now();
+}
+
+#[cfg(feature = "interpose")]
+/// A cancellation a call reports as an error instead of unwinding (`interpose`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cancellation {
+    /// The task itself: `Task::cancel`, or its runtime shutting down.
+    Task,
+    /// A `Context` the task is bound to ended for this reason.
+    Context(crate::context::ContextError),
 }
 
 /// Under loom, every waiter is a model thread.

@@ -56,10 +56,13 @@ pub(crate) mod stats;
 #[cfg(not(loom))]
 mod worker;
 
+#[cfg(all(not(loom), feature = "interpose"))]
+pub(crate) use worker::{cancellation_as_error, caught_cancellation};
 #[cfg(not(loom))]
 pub(crate) use worker::{
-    current_task, current_task_ptr, current_worker_of, park_current_task, park_current_task_until,
-    schedule_woken, suspend_current, wake_blocked, with_spawner,
+    current_task, current_task_ptr, current_worker_of, park_current_task,
+    park_current_task_cancellable, park_current_task_until, schedule_woken, suspend_current,
+    unwind_if_cancelled_now, wake_blocked, with_spawner,
 };
 
 #[cfg(loom)]

@@ -180,7 +180,8 @@ fn answer_captures(header: &Header, reason: Suspend, site: Option<(ParkReason, &
     }
 }
 
-/// Parks the running task (park/state.rs) for `reason`; false if not in a task.
+/// Parks the running task (park/state.rs) for `reason`; false if not in a task. A pending
+/// cancellation unwinds before the park ("Cancellation at a park").
 #[inline]
 pub(crate) fn park_current_task(reason: ParkReason) -> bool {
     let Some(worker) = current_worker() else {
@@ -191,21 +192,107 @@ pub(crate) fn park_current_task(reason: ParkReason) -> bool {
     };
     // SAFETY: as in `current_header`.
     let header = unsafe { header.as_ref() };
-    park_task(worker, header, None, reason);
+    park_task::<false>(worker, header, None, reason);
     true
 }
 
-/// Parks the running task until unparked or, when it blocks its thread, until `deadline`
-/// (a switched-out task's deadline is a timer entry: `park_current_task_until`).
+/// Parks the running task like [`park_current_task`] (until `deadline`, if any), but a
+/// pending cancellation does not unwind: the park returns at once, or as soon as the
+/// cancellation arrives, with `Some(true)`. The caller gives its wait up first (an operation
+/// that completed meanwhile keeps its result) and then unwinds with
+/// [`unwind_if_cancelled_now`] ("Cancellation at a park"). `None` if not in a task.
 #[inline]
-fn park_task(worker: &Worker, header: &Header, deadline: Option<Instant>, reason: ParkReason) {
+pub(crate) fn park_current_task_cancellable(
+    deadline: Option<Instant>,
+    reason: ParkReason,
+) -> Option<bool> {
+    let worker = current_worker()?;
+    let header = current_header()?;
+    Some(match deadline {
+        None => park_task::<true>(worker, header, None, reason),
+        Some(deadline) => park_task_until::<true>(worker, header, deadline, reason),
+    })
+}
+
+/// Unwinds the running task if a cancellation is pending, as a park would; returns if there
+/// is none (a `Context` the task left already). On a plain thread: its cancelled `Context`.
+///
+/// Called right after a cancellable park, whose `unwinding` flag it keeps: the thread's panic
+/// state may be another task's by now (at shutdown, see `park_task`).
+pub(crate) fn unwind_if_cancelled_now() {
+    match current_header() {
+        Some(header) => unwind_if_cancelled(header),
+        None => crate::context::unwind_if_thread_scope_cancelled(),
+    }
+}
+
+#[cfg(feature = "interpose")]
+/// The running task's pending cancellation, for a call that reports it as an error instead
+/// of unwinding (interpose/mod.rs invariant 3): the task's own (`Task::cancel`, shutdown), or
+/// the outermost cancelled `Context` it is bound to, whose `bind` then returns its error
+/// (context.rs `cut_short`). `None` outside a task.
+pub(crate) fn cancellation_as_error() -> Option<crate::park::Cancellation> {
+    let header = current_header()?;
+    // Acquire: pairs with the Release `fetch_or` of `Task::interrupt`.
+    let bits = header.interrupt.load(Ordering::Acquire);
+    if bits == 0 {
+        return None;
+    }
+    if bits & (interrupt::SHUTDOWN | interrupt::CANCEL) != 0 {
+        return Some(crate::park::Cancellation::Task);
+    }
+    crate::context::cut_short(header).map(crate::park::Cancellation::Context)
+}
+
+/// A cancellation's unwind caught by a call that reports it as an error instead
+/// (interpose/mod.rs invariant 3); `None` if `payload` is no cancellation's (or outside a
+/// task). A context's scope is marked cut short, as in [`cancellation_as_error`].
+#[cfg(feature = "interpose")]
+pub(crate) fn caught_cancellation(
+    payload: &(dyn std::any::Any + Send),
+) -> Option<crate::park::Cancellation> {
+    if payload.is::<Cancelled>() {
+        return Some(crate::park::Cancellation::Task);
+    }
+    let header = current_header()?;
+    crate::context::caught_scope_unwind(header, payload).map(crate::park::Cancellation::Context)
+}
+
+/// "Cancellation at a park": what a park does with a cancellation request.
+///
+/// A cancelled task unwinds *before* it parks, never right after it resumes: a wait whose
+/// operation completed while the task was parked — a channel value handed over, a lock or
+/// permits granted, a joined task's result — returns that result, and the cancellation takes
+/// effect at the task's next wait (every wait parks in a loop that re-checks its condition,
+/// park/mod.rs invariant 2, so a wake by the cancel alone parks again and unwinds there).
+/// A park that follows a hand-off protocol (`CANCELLABLE`, the channels) does not unwind at
+/// all: it returns true, so that its caller aborts its wait under its own lock first and
+/// unwinds only if no peer completed it — otherwise a value handed over between the caller's
+/// last look and this park's unwind would be dropped by the unwind.
+///
+/// The one exception is shutdown: a task resumed while its runtime shuts down unwinds at
+/// the resume, whatever its wait was handed (the runtime and its tasks are ending; a value
+/// handed over at that moment is dropped with the task that held it).
+#[inline(always)]
+fn park_task<const CANCELLABLE: bool>(
+    worker: &Worker,
+    header: &Header,
+    deadline: Option<Instant>,
+    reason: ParkReason,
+) -> bool {
     // Whether this task is unwinding, for the checks after it resumes: only now is the
     // thread's panic state surely its own ("Parking while panicking").
     let panicking = std::thread::panicking();
     header.unwinding.set(panicking);
-    unwind_if_cancelled(header);
+    if CANCELLABLE {
+        if cancel_pending(header) {
+            return true;
+        }
+    } else {
+        unwind_if_cancelled(header);
+    }
     if header.park.take_token() {
-        return;
+        return CANCELLABLE && cancel_pending(header);
     }
     if panicking && !shutting_down() {
         block_thread(header, deadline);
@@ -216,7 +303,28 @@ fn park_task(worker: &Worker, header: &Header, deadline: Option<Instant>, reason
         suspend(header, Suspend::Park(reason), Some((reason, &site)));
     }
     header.park.resumed();
-    unwind_if_cancelled(header);
+    // At shutdown a resumed task unwinds at once, as the unwind it continues or starts is
+    // decided by the `unwinding` flag taken at this park: a later park could not tell, since
+    // another task of this worker may be switched out in the middle of its own unwind then,
+    // which makes the thread look panicking ("Parking while panicking").
+    unwind_if_shut_down(header);
+    CANCELLABLE && cancel_pending(header)
+}
+
+/// The shutdown part of [`unwind_if_cancelled`], for a task that just resumed.
+#[inline]
+fn unwind_if_shut_down(header: &Header) {
+    if header.interrupt.load(Ordering::Relaxed) & interrupt::SHUTDOWN != 0
+        && !header.unwinding.get()
+    {
+        interrupted(header);
+    }
+}
+
+/// Whether a cancellation would unwind this task at a park now (`unwind_if_cancelled`).
+#[inline]
+fn cancel_pending(header: &Header) -> bool {
+    header.interrupt.load(Ordering::Relaxed) != 0 && !header.unwinding.get()
 }
 
 /// Whether the runtime of the current worker is shutting down.
@@ -255,9 +363,6 @@ fn block_thread(header: &Header, deadline: Option<Instant>) {
 }
 
 /// Parks the running task until unparked or until `deadline`; false if not in a task.
-///
-/// The deadline is an entry in the home worker's timer map, removed again when the task
-/// returns (so a wait that ends early leaves nothing behind).
 pub(crate) fn park_current_task_until(deadline: Instant, reason: ParkReason) -> bool {
     let Some(worker) = current_worker() else {
         return false;
@@ -265,11 +370,25 @@ pub(crate) fn park_current_task_until(deadline: Instant, reason: ParkReason) -> 
     let Some(header) = current_header() else {
         return false;
     };
+    park_task_until::<false>(worker, header, deadline, reason);
+    true
+}
+
+/// [`park_task`] until `deadline` at the latest.
+///
+/// The deadline is an entry in the home worker's timer map, removed again when the task
+/// returns (so a wait that ends early leaves nothing behind).
+#[inline]
+fn park_task_until<const CANCELLABLE: bool>(
+    worker: &Worker,
+    header: &Header,
+    deadline: Instant,
+    reason: ParkReason,
+) -> bool {
     if std::thread::panicking() && !shutting_down() {
         // The task keeps its thread ("Parking while panicking"): no timer entry, the thread's
         // own park times out.
-        park_task(worker, header, Some(deadline), reason);
-        return true;
+        return park_task::<CANCELLABLE>(worker, header, Some(deadline), reason);
     }
     // SAFETY: `header` is the running task's: alive for the whole resume.
     let task = unsafe { Task::clone_from_ptr(NonNull::from(header)) };
@@ -280,8 +399,7 @@ pub(crate) fn park_current_task_until(deadline: Instant, reason: ParkReason) -> 
     // Removed when the park returns or unwinds (a cancelled sleeper must not keep its task
     // alive until the deadline).
     let _entry = TimerEntry { worker, key };
-    park_task(worker, header, None, reason);
-    true
+    park_task::<CANCELLABLE>(worker, header, None, reason)
 }
 
 /// A software pipeline over the front of a ready queue, run at each pop: the header of the

@@ -214,9 +214,11 @@ impl<T: 'static> JoinHandle<T> {
     ///
     /// From a task this parks only the task; from a plain OS thread it blocks the thread.
     pub fn join(self) -> thread::Result<T> {
-        crate::sched::coop::spend(); // sched/coop.rs invariant 2
-                                     // A joiner cancelled while it waits unwinds out of `wait`: then `self` drops as usual
-                                     // and detaches, so the task drops its result itself (invariant 4).
+        // sched/coop.rs invariant 2.
+        crate::sched::coop::spend();
+        // A joiner cancelled while it waits unwinds out of `wait` (unless the result came
+        // first: then it returns it, park/mod.rs invariant 3): then `self` drops as usual and
+        // detaches, so the task drops its result itself (invariant 4).
         let result = self.slot().wait(Waiter::current, || {
             crate::park::park_current(crate::park::ParkReason::Join)
         });

@@ -57,6 +57,10 @@ pub(crate) struct TaskLocals {
     values: Vec<(usize, Box<dyn Any>)>,
     /// The contexts `Context::bind` bound this task to, outermost first (context.rs).
     pub(crate) scopes: Vec<Arc<crate::context::Inner>>,
+    /// The address of the scope among `scopes` whose cancellation an interposed call reported
+    /// as an error instead of unwinding (context.rs `cut_short`), or 0: its `bind` returns
+    /// the context's error even though its closure returned.
+    pub(crate) cut_short: usize,
 }
 
 thread_local! {
@@ -119,7 +123,9 @@ pub(crate) fn drop_task_locals(header: &Header) {
         let locals = unsafe { Box::from_raw(locals.as_ptr()) };
         // Values dropped one at a time, in reverse order of creation, with no borrow held
         // (invariant 2); a panicking `Drop` is caught as a task's panic is.
-        let TaskLocals { mut values, scopes } = *locals;
+        let TaskLocals {
+            mut values, scopes, ..
+        } = *locals;
         drop(scopes);
         while let Some(value) = values.pop() {
             super::cell::drop_in_task(value);

@@ -415,11 +415,13 @@ impl Task {
     /// call [`yield_now`] in long loops. A task that is unwinding from a panic finishes that
     /// unwind first.
     ///
-    /// A channel operation cut short by a cancel neither loses nor duplicates a value (chan/
-    /// mod.rs invariant 1): a value being sent was either taken by a receiver before the
-    /// cancel took effect or is dropped with the sender's frame; a cancelled receiver leaves
-    /// the buffered values and blocked senders' values to other receivers, except a value a
-    /// sender handed to it in the very moment of the cancel, which its frame drops (once).
+    /// Cancel safety (chan/mod.rs "Cancel safety", park/mod.rs invariant 3): a wait that
+    /// completed before the cancel took effect — a value handed to a receiver, a send a
+    /// receiver took, a lock or permits granted, a joined task's result — returns its result,
+    /// and the task unwinds at its next wait; a wait that did not complete unwinds with
+    /// nothing taken from anyone. Inside an interposed libc call (feature `interpose`) the
+    /// call fails with `ECANCELED` instead, and so does every later interposed call of the
+    /// task that may wait, until the task parks in weft and unwinds.
     pub fn cancel(&self) {
         self.interrupt(interrupt::CANCEL);
     }

@@ -1,8 +1,10 @@
-//! Loom models of the channel core (chan/core.rs): handoff, close, timeout-vs-send, and
-//! `select!` registration and abort. Capacities are 0 or 1 to keep the models small.
+//! Loom models of the channel core (chan/core.rs): handoff, close, timeout-vs-send,
+//! `select!` registration and abort, and a cancellation racing a hand-off (invariant 8).
+//! Capacities are 0 or 1 to keep the models small.
 
 use std::time::Instant;
 
+use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 
@@ -10,8 +12,25 @@ use crate::chan_core::{
     select, Chan, RecvArm, RecvOutcome, SelectArm, Selected, SendOutcome, TrySend,
 };
 
-fn park(_: Option<Instant>) {
+fn park(_: Option<Instant>) -> bool {
     thread::park();
+    false
+}
+
+/// A park that reports a cancellation once `cancelled` is set (park/mod.rs
+/// `park_current_cancellable`): at once if it is set already, else when it wakes. The models
+/// set the flag without a wake of their own: the cancel's wake is the park state's token
+/// (modelled in `loom_park`), and loom cannot tell an `unpark` from the wake of a thread that
+/// waits for a lock. What they check is the race of invariant 8: the cancel seen before or
+/// after a peer's claim.
+fn cancellable_park(cancelled: &AtomicBool) -> impl FnMut(Option<Instant>) -> bool + '_ {
+    move |_| {
+        if cancelled.load(Ordering::Acquire) {
+            return true;
+        }
+        thread::park();
+        cancelled.load(Ordering::Acquire)
+    }
 }
 
 #[test]
@@ -69,7 +88,9 @@ fn loom_recv_timeout_racing_send_loses_nothing() {
         let got = match receiver.join().unwrap() {
             RecvOutcome::Got(v) => Some(v),
             RecvOutcome::Timeout => None,
-            RecvOutcome::Disconnected => panic!("not closed"),
+            RecvOutcome::Disconnected | RecvOutcome::Cancelled => {
+                panic!("neither closed nor cancelled")
+            }
         };
         let left = match chan.try_recv() {
             crate::chan_core::TryRecv::Got(v) => Some(v),
@@ -100,6 +121,7 @@ fn loom_select_registration_takes_at_most_one_value() {
             let mut arms: [&mut dyn SelectArm; 2] = [&mut arm_a, &mut arm_b];
             select(&mut arms, None, false, &mut |_| {}, &mut park)
         };
+        let picked = picked.expect("not cancelled");
         let (sent_a, sent_b) = sender.join().unwrap();
         assert!(!(sent_a && sent_b), "two values went to one select");
         match picked {
@@ -107,5 +129,110 @@ fn loom_select_registration_takes_at_most_one_value() {
             Selected::Arm(1) => assert_eq!(arm_b.take().unwrap(), sent_b.then_some(2)),
             other => panic!("unexpected {other:?}"),
         }
+    });
+}
+
+/// A receiver cancelled while a sender hands it a value over a rendezvous channel (core.rs
+/// invariant 8): the receiver returns the value, or reports `Cancelled` with nothing handed
+/// to it and the value still with the sender — never both, never neither.
+#[test]
+fn loom_a_cancelled_receiver_keeps_or_leaves_the_value() {
+    loom::model(|| {
+        let chan = Arc::new(Chan::<u32>::new(0));
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let (rx, flag) = (chan.clone(), cancelled.clone());
+        let receiver = thread::spawn(move || rx.recv(None, &mut cancellable_park(&flag)));
+        let tx = chan.clone();
+        let sender =
+            thread::spawn(move || matches!(tx.send(7, None, &mut park), SendOutcome::Sent));
+        cancelled.store(true, Ordering::Release);
+        let got = match receiver.join().unwrap() {
+            RecvOutcome::Got(v) => Some(v),
+            RecvOutcome::Cancelled => None,
+            _ => panic!("neither closed nor timed out"),
+        };
+        // Whatever the cancelled receiver did not take is still the sender's to hand over.
+        let rest = match got {
+            Some(_) => None,
+            None => match chan.recv(None, &mut park) {
+                RecvOutcome::Got(v) => Some(v),
+                _ => panic!("the value was lost"),
+            },
+        };
+        assert!(sender.join().unwrap());
+        assert_eq!(got.or(rest), Some(7));
+    });
+}
+
+/// The same for a blocked sender: cancelled, it either had its value taken (`Sent`) or gets
+/// it back (`Cancelled`), and the receiver got it exactly when it was taken.
+#[test]
+fn loom_a_cancelled_sender_delivers_or_keeps_the_value() {
+    loom::model(|| {
+        let chan = Arc::new(Chan::<u32>::new(0));
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let (tx, flag) = (chan.clone(), cancelled.clone());
+        let sender = thread::spawn(move || tx.send(9, None, &mut cancellable_park(&flag)));
+        cancelled.store(true, Ordering::Release);
+        // After the cancel, under the channel lock: a sender queued before it is claimed (and
+        // woken); one that queues after it sees the cancel at its park.
+        let got = match chan.try_recv() {
+            crate::chan_core::TryRecv::Got(v) => Some(v),
+            _ => None,
+        };
+        let kept = match sender.join().unwrap() {
+            SendOutcome::Sent => None,
+            SendOutcome::Cancelled(v) => Some(v),
+            _ => panic!("neither closed nor timed out"),
+        };
+        assert_eq!(got.is_some() as u32 + kept.is_some() as u32, 1);
+    });
+}
+
+/// A `select!` cancelled while a sender hands a value to one of its arms: the select returns
+/// that arm with the value, or `None` (cancelled) with every arm empty and the value still
+/// the sender's.
+#[test]
+fn loom_a_cancelled_select_keeps_or_leaves_the_value() {
+    loom::model(|| {
+        let a = Arc::new(Chan::<u32>::new(0));
+        let b = Arc::new(Chan::<u32>::new(0));
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let (a2, b2, flag) = (a.clone(), b.clone(), cancelled.clone());
+        let selector = thread::spawn(move || {
+            let mut arm_a = RecvArm::new(&a2);
+            let mut arm_b = RecvArm::new(&b2);
+            let picked = {
+                let mut arms: [&mut dyn SelectArm; 2] = [&mut arm_a, &mut arm_b];
+                select(
+                    &mut arms,
+                    None,
+                    false,
+                    &mut |_| {},
+                    &mut cancellable_park(&flag),
+                )
+            };
+            match picked {
+                Some(Selected::Arm(0)) => arm_a.take().unwrap(),
+                None => {
+                    assert!(arm_a.take().is_none() && arm_b.take().is_none());
+                    None
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        });
+        let tx = a.clone();
+        let sender =
+            thread::spawn(move || matches!(tx.send(1, None, &mut park), SendOutcome::Sent));
+        cancelled.store(true, Ordering::Release);
+        let got = selector
+            .join()
+            .unwrap()
+            .or_else(|| match a.recv(None, &mut park) {
+                RecvOutcome::Got(v) => Some(v),
+                _ => panic!("the value was lost"),
+            });
+        assert!(sender.join().unwrap());
+        assert_eq!(got, Some(1));
     });
 }
