@@ -71,6 +71,9 @@ pub mod chan;
 #[cfg(loom)]
 #[path = "chan/core.rs"]
 pub(crate) mod chan_core;
+#[cfg(loom)]
+#[path = "chan/spin_lock.rs"]
+pub(crate) mod chan_spin_lock;
 #[cfg(not(loom))]
 pub mod context;
 #[cfg(not(loom))]

@@ -37,7 +37,12 @@
 //! 5. A `select!` never completes an operation while registering (that would need its own
 //!    selector and a peer's at once, the double claim Go avoids by locking every channel): it
 //!    registers every arm, and if an arm turned ready meanwhile it aborts, unregisters and polls
-//!    again (crossbeam-channel's approach).
+//!    again (crossbeam-channel's approach). A `select!` that would end with nothing — its
+//!    `default` arm, or a deadline passed before it registered — first polls again holding
+//!    every one of its channels' locks at once, taken in address order (Go's `sellock`): so
+//!    "nothing was ready" is true at one instant, not only arm by arm at different ones (a
+//!    peer that fills one arm after it was looked at and empties another before it is would
+//!    otherwise make `default` run although an arm was ready throughout).
 //! 6. The buffer holds at most `cap` values; `cap == 0` is a rendezvous (values pass only from a
 //!    sender entry to a receiver or the reverse), `usize::MAX` is unbounded.
 //! 7. The selector of a single blocking operation (not a `select!`) has one entry in one
@@ -51,6 +56,11 @@
 //!    unwinds with nothing handed to it; if a peer claimed it first, the party completes as
 //!    usual with what it was handed, and the cancellation takes effect at its next wait. A
 //!    value is never handed to a party that then drops it in an unwind.
+//! 9. A probe is an entry of a `Select::ready` (or of a `Select` send operation) that only
+//!    waits for its side of the channel to become ready: it is queued like any entry, and the
+//!    peer that would claim it for a hand-off — a sender for a receive probe, a receiver for a
+//!    send probe — completes it instead and goes on as if it were not there (no value moves);
+//!    a close completes it too. It never counts as a peer for readiness.
 //!
 //! May call: `park`. Called by: `chan` (Sender, Receiver, select!), `time` (after, tick).
 //!
@@ -66,14 +76,15 @@
 
 use std::cell::UnsafeCell;
 use std::collections::VecDeque;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::time::{Duration, Instant};
 
 #[cfg(not(loom))]
 use super::spin_lock::{Mutex, MutexGuard};
-use crate::loom::sync::atomic::{AtomicUsize, Ordering};
 #[cfg(loom)]
-use crate::loom::sync::{Mutex, MutexGuard};
+use crate::chan_spin_lock::{Mutex, MutexGuard};
+use crate::loom::sync::atomic::{AtomicUsize, Ordering};
 #[cfg(loom)]
 use crate::park::Waiter;
 
@@ -81,8 +92,8 @@ use crate::park::Waiter;
 mod arms;
 #[path = "waitq.rs"]
 mod waitq;
-pub(crate) use arms::select;
-pub use arms::{RecvArm, SelectArm, Selected, SendArm};
+pub(crate) use arms::{select, ArmSlot};
+pub use arms::{ProbeArm, RecvArm, SelectArm, Selected, SendArm};
 use waitq::{Links, WaitQueue};
 
 /// Nobody has completed this operation yet; peers may claim it, the owner may abort it.
@@ -257,6 +268,8 @@ fn spin(_: &mut u32) {
 pub(crate) struct Entry<T> {
     sel: *const Selector,
     arm: usize,
+    /// A probe (invariant 9): waits for its side to become ready, takes and gives nothing.
+    probe: bool,
     /// A send's value until taken; a receive's value once handed over (invariant 1).
     slot: UnsafeCell<Option<T>>,
     /// Its place in its channel's wait queue, under the channel lock (waitq.rs).
@@ -268,8 +281,17 @@ impl<T> Entry<T> {
         Entry {
             sel,
             arm,
+            probe: false,
             slot: UnsafeCell::new(value),
             links: Links::new(),
+        }
+    }
+
+    /// A probe entry (invariant 9) of arm `arm` of `sel`.
+    pub(crate) fn probe(sel: &Selector, arm: usize) -> Entry<T> {
+        Entry {
+            probe: true,
+            ..Entry::new(sel, arm, None)
         }
     }
 
@@ -338,6 +360,9 @@ struct State<T> {
     /// Every receiver is gone: sends give their value back.
     rx_gone: bool,
     timer: Option<Timer<T>>,
+    /// A timer channel (`time::after`, `tick`): its capacity is one, as crossbeam-channel's,
+    /// and its length one while a value is due, also after a one-shot timer is gone.
+    timed: bool,
 }
 
 /// A channel: the state every `Sender` and `Receiver` of it shares.
@@ -413,17 +438,24 @@ fn claim_peer<T>(queue: &mut WaitQueue<T>) -> Option<&Entry<T>> {
         // alive until its SELECTED store.
         let entry = unsafe { &*entry };
         if entry.sel().claim() {
+            if entry.probe {
+                // Invariant 9: told "ready" and passed over. Completed here, under the lock,
+                // rather than after it: probes are rare, and the list of handoffs stays one.
+                entry.handoff().finish();
+                continue;
+            }
             return Some(entry);
         }
     }
     None
 }
 
-/// True if `queue` holds an entry of another party that is still waiting.
+/// True if `queue` holds an entry of another party that is still waiting (a probe is none:
+/// it has nothing to give or take).
 fn has_peer<T>(queue: &WaitQueue<T>, me: *const Selector) -> bool {
     queue
         .iter()
-        .any(|entry| !ptr::eq(entry.sel, me) && entry.sel().is_waiting())
+        .any(|entry| !entry.probe && !ptr::eq(entry.sel, me) && entry.sel().is_waiting())
 }
 
 impl<T> State<T> {
@@ -551,6 +583,7 @@ impl<T> Chan<T> {
                 tx_gone: false,
                 rx_gone: false,
                 timer: None,
+                timed: false,
             }),
             senders: AtomicUsize::new(1),
             receivers: AtomicUsize::new(1),
@@ -565,29 +598,37 @@ impl<T> Chan<T> {
         make: fn(Instant) -> T,
     ) -> Chan<T> {
         let chan = Chan::new(0);
-        chan.lock().timer = Some(Timer {
+        let mut state = chan.lock();
+        state.timer = Some(Timer {
             next: first,
             period,
             make,
         });
+        state.timed = true;
+        drop(state);
         chan
     }
 
     fn lock(&self) -> MutexGuard<'_, State<T>> {
-        // No user code runs under the lock and nothing in it panics on a consistent state, so
-        // a poisoned lock (loom's) is still consistent.
-        #[cfg(loom)]
-        return self.state.lock().unwrap_or_else(|e| e.into_inner());
-        #[cfg(not(loom))]
-        return self.state.lock();
+        self.state.lock()
     }
 
     pub(crate) fn capacity(&self) -> usize {
-        self.lock().cap
+        let state = self.lock();
+        if state.timed {
+            1
+        } else {
+            state.cap
+        }
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.lock().buf.len()
+        let state = self.lock();
+        let due = state
+            .timer
+            .as_ref()
+            .is_some_and(|t| t.next <= Instant::now());
+        state.buf.len() + usize::from(due)
     }
 
     pub(crate) fn try_send(&self, value: T) -> TrySend<T> {
@@ -600,6 +641,39 @@ impl<T> Chan<T> {
         let (result, handoff) = self.lock().try_recv();
         finish(handoff);
         result
+    }
+
+    /// The locked poll of a `select!` (invariant 5, arms.rs): takes the lock with no guard.
+    fn lock_raw(&self) {
+        self.state.lock_raw();
+    }
+
+    /// Releases a lock taken with [`lock_raw`](Self::lock_raw).
+    ///
+    /// # Safety
+    /// The caller holds it through `lock_raw`.
+    unsafe fn unlock_raw(&self) {
+        // SAFETY: the caller's contract.
+        unsafe { self.state.unlock_raw() }
+    }
+
+    /// `try_recv` with the lock held through `lock_raw`; the handoff is finished after
+    /// unlocking.
+    ///
+    /// # Safety
+    /// The caller holds the lock through `lock_raw`.
+    unsafe fn try_recv_held(&self) -> (TryRecv<T>, Option<Handoff>) {
+        // SAFETY: the caller's contract; the borrow ends here.
+        unsafe { self.state.get_held() }.try_recv()
+    }
+
+    /// `try_send` with the lock held through `lock_raw`.
+    ///
+    /// # Safety
+    /// As [`try_recv_held`](Self::try_recv_held).
+    unsafe fn try_send_held(&self, value: T) -> (TrySend<T>, Option<Handoff>) {
+        // SAFETY: the caller's contract; the borrow ends here.
+        unsafe { self.state.get_held() }.try_send(value)
     }
 
     /// Removes `entry` from one of the queues, if a claimer did not pop it (invariant 3).
@@ -742,13 +816,17 @@ impl<T> Chan<T> {
         handoffs.into_iter().for_each(Handoff::finish);
     }
 
-    /// Every receiver is gone: wake every blocked sender (they get their value back).
+    /// Every receiver is gone: wake every blocked sender (they get their value back), and
+    /// drop the buffered values, which nothing can receive any more (crossbeam-channel does
+    /// the same), outside the lock: their destructors are user code.
     pub(crate) fn disconnect_receivers(&self) {
         let mut state = self.lock();
         state.rx_gone = true;
         let handoffs = close_queue(&mut state.senders);
+        let buffered = std::mem::take(&mut state.buf);
         drop(state);
         handoffs.into_iter().for_each(Handoff::finish);
+        drop_values(buffered);
     }
 
     /// `select!`: queues a receive arm's entry; true if the channel turned ready (invariant 5).
@@ -765,6 +843,34 @@ impl<T> Chan<T> {
         // SAFETY: as in `register_recv`.
         unsafe { state.senders.push_back(entry) };
         state.send_ready(sel)
+    }
+
+    /// Whether a receive would complete now (a probe's poll, invariant 9).
+    pub(crate) fn recv_ready_now(&self) -> bool {
+        self.lock().recv_ready(ptr::null())
+    }
+
+    /// Whether a send would complete now.
+    pub(crate) fn send_ready_now(&self) -> bool {
+        self.lock().send_ready(ptr::null())
+    }
+
+    /// [`recv_ready_now`](Self::recv_ready_now) with the lock held through `lock_raw`.
+    ///
+    /// # Safety
+    /// The caller holds the lock through `lock_raw`.
+    unsafe fn recv_ready_held(&self) -> bool {
+        // SAFETY: the caller's contract; the borrow ends here.
+        unsafe { self.state.get_held() }.recv_ready(ptr::null())
+    }
+
+    /// [`send_ready_now`](Self::send_ready_now) with the lock held through `lock_raw`.
+    ///
+    /// # Safety
+    /// The caller holds the lock through `lock_raw`.
+    unsafe fn send_ready_held(&self) -> bool {
+        // SAFETY: the caller's contract; the borrow ends here.
+        unsafe { self.state.get_held() }.send_ready(ptr::null())
     }
 
     /// The next time a timer channel yields a value, if it is one.
@@ -784,6 +890,24 @@ fn close_queue<T>(queue: &mut WaitQueue<T>) -> Vec<Handoff> {
             entry.sel().claim().then(|| entry.handoff())
         })
         .collect()
+}
+
+/// Drops `values` in order. If one's `Drop` panics, the rest are leaked and that panic goes
+/// on (crossbeam-channel's choice): dropping them during the unwind would abort the process
+/// at the next panicking `Drop` ("panic in a destructor during cleanup").
+fn drop_values<T>(mut values: VecDeque<T>) {
+    while let Some(value) = values.pop_front() {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| drop(value))) {
+            std::mem::forget(values);
+            resume_unwind(payload);
+        }
+    }
+}
+
+impl<T> Drop for State<T> {
+    fn drop(&mut self) {
+        drop_values(std::mem::take(&mut self.buf));
+    }
 }
 
 #[inline]

@@ -19,11 +19,37 @@
 //!
 //! Invariants:
 //! 1. Closing is by counting, as in crossbeam-channel: when the last `Sender` drops, receivers
-//!    drain the buffer and then get `Err`; when the last `Receiver` drops, every send gives its
-//!    value back in the error. A value is never lost nor duplicated: it is in the buffer, in a
+//!    drain the buffer and then get `Err`; when the last `Receiver` drops, the buffered values
+//!    are dropped (nothing can receive them; a panicking `Drop` among them comes out of that
+//!    drop and the rest are leaked) and every send gives its value back in the error. A value is never lost nor duplicated: it is in the buffer, in a
 //!    blocked sender's entry, handed to exactly one receiver, or given back to its sender.
 //! 2. Every blocking operation parks only the calling task (its worker runs others), or blocks
 //!    the calling OS thread when called outside a task.
+//!
+//! # Coming from crossbeam-channel
+//! weft's channels follow crossbeam-channel's API, so most code ports by changing the path
+//! (`crossbeam_channel::` → `weft::chan::`, `select!` → `weft::select!`); in a task every
+//! blocking call parks the task instead of its thread.
+//!
+//! | crossbeam-channel | weft | |
+//! |---|---|---|
+//! | `bounded`, `unbounded`, `Sender`, `Receiver`, `send`/`recv` (+ `try_`, `_timeout`, `_deadline`), `iter`, `try_iter`, `len`, `is_empty`, `is_full`, `capacity`, `same_channel`, the error types | the same | |
+//! | `select!` with `recv`, `send`, `default`, `default(timeout)` | the same, and `after(timeout)` for the timeout | trailing commas accepted as in crossbeam |
+//! | `select_biased!` | [`select_biased!`](crate::select_biased) | |
+//! | `Select`, `SelectedOperation`, `ready`, `try_select`… | [`Select`], [`SelectedOperation`] | a selected send may wait (below) |
+//! | `never()` | [`never()`](fn@never) | |
+//! | `after`, `tick`, `at` | `weft::time::after`, `tick`, `at_instant` | value: the time received |
+//! | dropping the last `Receiver` drops the buffered values | the same | |
+//!
+//! What differs, on purpose (Go's semantics, which weft follows where the two disagree):
+//!
+//! | | crossbeam-channel | weft (as Go) |
+//! |---|---|---|
+//! | a `send` arm's value | evaluated only if that arm runs | evaluated once, before the select (Go's `select`); dropped if another arm wins |
+//! | `tick(Duration::ZERO)` | a ticker that is always ready | panics: "non-positive interval for tick" (Go's `NewTicker`) |
+//! | a timer channel's value | the instant it was due | the time it was received (Go's `time.After`), never before it was due |
+//! | a `Select` send operation | reserves the room: `SelectedOperation::send` never waits | sees the room: `send` waits only if another sender took it first (chan/dynamic.rs) |
+//! | a rendezvous `send` | returns once a receiver took the value | the same (Go's unbuffered channel) |
 //!
 //! # Cancel safety
 //! Cancellation (`Task::cancel`, a bound `Context`, shutdown) unwinds a blocked send, receive
@@ -51,7 +77,12 @@
 //! The core (one lock per channel, wait queues of entries, selectors) is in `core.rs`.
 
 pub(crate) mod core;
+mod dynamic;
 mod spin_lock;
+
+pub use dynamic::{
+    ReadyTimeoutError, Select, SelectTimeoutError, SelectedOperation, TryReadyError, TrySelectError,
+};
 
 use std::fmt;
 use std::sync::atomic::Ordering;
@@ -74,6 +105,16 @@ pub fn unbounded<T>() -> (Sender<T>, Receiver<T>) {
 fn pair<T>(chan: Chan<T>) -> (Sender<T>, Receiver<T>) {
     let chan = Arc::new(chan);
     (Sender { chan: chan.clone() }, Receiver { chan })
+}
+
+/// A receiver that never receives anything and never closes: an arm of a [`select!`](crate::select!) that is
+/// switched off (crossbeam-channel's `never`), e.g. `recv(if on { &rx } else { &off })` with
+/// `let off = weft::chan::never();`.
+pub fn never<T>() -> Receiver<T> {
+    // No `Sender` exists; the count stays at one so the channel never closes.
+    Receiver {
+        chan: Arc::new(Chan::new(0)),
+    }
 }
 
 /// A receiver over a channel with no sender, fed by a timer (`time::after`, `time::tick`).
@@ -170,6 +211,9 @@ impl<T> Sender<T> {
     /// [`TrySendError::Full`] if it would wait, [`TrySendError::Disconnected`] if every receiver
     /// is gone; both give the value back.
     pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
+        // A loop of `try_send` that never finds room must still let its worker's other tasks
+        // run (sched/coop.rs invariant 2).
+        crate::sched::coop::spend();
         match self.chan.try_send(value) {
             TrySend::Sent => Ok(()),
             TrySend::Full(value) => Err(TrySendError::Full(value)),
@@ -220,6 +264,17 @@ impl<T> Sender<T> {
         Some(self.chan.capacity()).filter(|&c| c != usize::MAX)
     }
 
+    /// True if the buffer is full: a `send` would wait. A rendezvous channel is always full
+    /// (and empty), an unbounded one never.
+    pub fn is_full(&self) -> bool {
+        self.capacity().is_some_and(|cap| self.len() >= cap)
+    }
+
+    /// Whether `other` is a handle of the same channel.
+    pub fn same_channel(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.chan, &other.chan)
+    }
+
     #[doc(hidden)]
     pub fn __select_arm(&self, value: T) -> core::SendArm<'_, T> {
         core::SendArm::new(&self.chan, value)
@@ -247,6 +302,8 @@ impl<T> Receiver<T> {
     /// [`TryRecvError::Empty`] if it would wait, [`TryRecvError::Disconnected`] if the channel
     /// is empty and every sender is gone.
     pub fn try_recv(&self) -> Result<T, TryRecvError> {
+        // As in `try_send`.
+        crate::sched::coop::spend();
         match self.chan.try_recv() {
             TryRecv::Got(value) => Ok(value),
             TryRecv::Empty => Err(TryRecvError::Empty),
@@ -303,6 +360,17 @@ impl<T> Receiver<T> {
         Some(self.chan.capacity()).filter(|&c| c != usize::MAX)
     }
 
+    /// True if the buffer is full: a `send` would wait. A rendezvous channel is always full
+    /// (and empty), an unbounded one never.
+    pub fn is_full(&self) -> bool {
+        self.capacity().is_some_and(|cap| self.len() >= cap)
+    }
+
+    /// Whether `other` is a handle of the same channel.
+    pub fn same_channel(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.chan, &other.chan)
+    }
+
     #[doc(hidden)]
     pub fn __select_arm(&self) -> core::RecvArm<'_, T> {
         core::RecvArm::new(&self.chan)
@@ -348,6 +416,14 @@ impl<T> Drop for Receiver<T> {
         }
     }
 }
+
+// A channel's state is behind its lock, and every operation leaves it consistent at each
+// step (core.rs invariants): a panic in the middle of user code holding a handle cannot
+// leave it half-changed, as for std's `mpsc` handles.
+impl<T> std::panic::UnwindSafe for Sender<T> {}
+impl<T> std::panic::RefUnwindSafe for Sender<T> {}
+impl<T> std::panic::UnwindSafe for Receiver<T> {}
+impl<T> std::panic::RefUnwindSafe for Receiver<T> {}
 
 impl<T> fmt::Debug for Sender<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -24,7 +24,15 @@
 //!   once, up front, and dropped if another arm wins.
 //! - `after(duration) => body`: at most one; runs if nothing completed within `duration`.
 //!   (`recv(weft::time::after(d))` works too, as in Go.)
-//! - `default => body`: at most one; runs if nothing is ready now.
+//! - `default => body`: at most one; runs if nothing is ready now — at one instant: before it
+//!   runs, every channel of the select is looked at again under all their locks at once
+//!   (core.rs invariant 5), so it never runs while some arm was ready throughout.
+//! - `default(duration) => body`: crossbeam-channel's spelling of `after(duration)`.
+//!
+//! Inside `recv(..)` and `send(..)` a trailing comma is accepted.
+//! [`select_biased!`](crate::select_biased!) polls the arms in the order written instead of a
+//! random one; for a set of channels known only at run time, use
+//! [`Select`](crate::chan::Select).
 //!
 //! Arms are separated by commas; after a block body (`=> { ... }`) the comma is optional,
 //! as in crossbeam-channel. A malformed arm is a compile error that names it.
@@ -40,6 +48,7 @@
 use std::cell::Cell;
 use std::time::Instant;
 
+use super::core::ArmSlot;
 pub use super::core::{RecvArm, SelectArm, Selected, SendArm};
 use super::{RecvError, SendError};
 
@@ -80,12 +89,19 @@ fn park(deadline: Option<Instant>) -> bool {
 
 /// Runs a select over `arms`: the `select!` expansion calls this.
 #[doc(hidden)]
-pub fn run(arms: &mut [&mut dyn SelectArm], deadline: Option<Instant>, default: bool) -> Selected {
-    if !default {
-        crate::sched::coop::spend(); // a select that may block: coop.rs invariant 2
-    }
+#[allow(private_bounds)] // `ArmSlot` is sealed: `&mut dyn SelectArm`, or `Select`'s arms
+pub fn run<A: ArmSlot>(
+    arms: &mut [A],
+    deadline: Option<Instant>,
+    default: bool,
+    biased: bool,
+) -> Selected {
+    // coop.rs invariant 2, also with a `default` arm: a loop over such a select that never
+    // finds an arm ready must still let its worker's other tasks run.
+    crate::sched::coop::spend();
+    let order: &mut dyn FnMut(&mut [usize]) = if biased { &mut |_| {} } else { &mut shuffle };
     loop {
-        match super::core::select(arms, deadline, default, &mut shuffle, &mut park) {
+        match super::core::select(arms, deadline, default, order, &mut park) {
             Some(selected) => return selected,
             // Cancelled with no arm completed (core.rs invariant 8); returns only if the
             // cancellation was stale, and the select polls again.
@@ -151,7 +167,38 @@ impl<T> SendArm<'_, T> {
 macro_rules! select {
     ($($tokens:tt)*) => {
         $crate::__select!(
-            @parse
+            @parse false
+            [__weft_a0 __weft_a1 __weft_a2 __weft_a3 __weft_a4 __weft_a5 __weft_a6 __weft_a7
+             __weft_a8 __weft_a9 __weft_a10 __weft_a11 __weft_a12 __weft_a13 __weft_a14
+             __weft_a15 __weft_a16 __weft_a17 __weft_a18 __weft_a19 __weft_a20 __weft_a21
+             __weft_a22 __weft_a23 __weft_a24 __weft_a25 __weft_a26 __weft_a27 __weft_a28
+             __weft_a29 __weft_a30 __weft_a31]
+            [] [] []
+            $($tokens)*
+        )
+    };
+}
+
+/// [`select!`] with a bias: when several arms are ready, the first of them in the order
+/// written runs (crossbeam-channel's `select_biased!`), instead of one picked at random.
+/// Use it for priorities (a quit channel before the work queue); it can starve later arms.
+///
+/// ```
+/// let (tx, rx) = weft::chan::bounded::<u32>(1);
+/// let (quit_tx, quit) = weft::chan::bounded::<()>(1);
+/// tx.send(1).unwrap();
+/// quit_tx.send(()).unwrap();
+/// let first = weft::select_biased! {
+///     recv(quit) -> _ => "quit",
+///     recv(rx) -> _ => "work",
+/// };
+/// assert_eq!(first, "quit");
+/// ```
+#[macro_export]
+macro_rules! select_biased {
+    ($($tokens:tt)*) => {
+        $crate::__select!(
+            @parse true
             [__weft_a0 __weft_a1 __weft_a2 __weft_a3 __weft_a4 __weft_a5 __weft_a6 __weft_a7
              __weft_a8 __weft_a9 __weft_a10 __weft_a11 __weft_a12 __weft_a13 __weft_a14
              __weft_a15 __weft_a16 __weft_a17 __weft_a18 __weft_a19 __weft_a20 __weft_a21
@@ -169,107 +216,125 @@ macro_rules! __select {
     // ---- parsing: arms become (kind ident (args..) (pattern) {body}) ----
     // A block body takes an optional comma after it, as in crossbeam-channel; the comma and
     // no-comma cases are separate rules (`$(,)? $($rest:tt)*` is ambiguous to the parser).
-    (@parse [$id:ident $($ids:ident)*] [$($ops:tt)*] $after:tt $default:tt
-        recv($rx:expr) -> $res:pat => $body:block, $($rest:tt)*) => {
-        $crate::__select!(@parse [$($ids)*] [$($ops)* (recv $id ($rx) ($res) $body)]
+    (@parse $bias:tt [$id:ident $($ids:ident)*] [$($ops:tt)*] $after:tt $default:tt
+        recv($rx:expr $(,)?) -> $res:pat => $body:block, $($rest:tt)*) => {
+        $crate::__select!(@parse $bias [$($ids)*] [$($ops)* (recv $id ($rx) ($res) $body)]
             $after $default $($rest)*)
     };
-    (@parse [$id:ident $($ids:ident)*] [$($ops:tt)*] $after:tt $default:tt
-        recv($rx:expr) -> $res:pat => $body:block $($rest:tt)*) => {
-        $crate::__select!(@parse [$($ids)*] [$($ops)* (recv $id ($rx) ($res) $body)]
+    (@parse $bias:tt [$id:ident $($ids:ident)*] [$($ops:tt)*] $after:tt $default:tt
+        recv($rx:expr $(,)?) -> $res:pat => $body:block $($rest:tt)*) => {
+        $crate::__select!(@parse $bias [$($ids)*] [$($ops)* (recv $id ($rx) ($res) $body)]
             $after $default $($rest)*)
     };
-    (@parse [$id:ident $($ids:ident)*] [$($ops:tt)*] $after:tt $default:tt
-        recv($rx:expr) -> $res:pat => $body:expr $(, $($rest:tt)*)?) => {
-        $crate::__select!(@parse [$($ids)*] [$($ops)* (recv $id ($rx) ($res) { $body })]
+    (@parse $bias:tt [$id:ident $($ids:ident)*] [$($ops:tt)*] $after:tt $default:tt
+        recv($rx:expr $(,)?) -> $res:pat => $body:expr $(, $($rest:tt)*)?) => {
+        $crate::__select!(@parse $bias [$($ids)*] [$($ops)* (recv $id ($rx) ($res) { $body })]
             $after $default $($($rest)*)?)
     };
-    (@parse [$id:ident $($ids:ident)*] [$($ops:tt)*] $after:tt $default:tt
-        send($tx:expr, $value:expr) -> $res:pat => $body:block, $($rest:tt)*) => {
-        $crate::__select!(@parse [$($ids)*] [$($ops)* (send $id ($tx, $value) ($res) $body)]
+    (@parse $bias:tt [$id:ident $($ids:ident)*] [$($ops:tt)*] $after:tt $default:tt
+        send($tx:expr, $value:expr $(,)?) -> $res:pat => $body:block, $($rest:tt)*) => {
+        $crate::__select!(@parse $bias [$($ids)*] [$($ops)* (send $id ($tx, $value) ($res) $body)]
             $after $default $($rest)*)
     };
-    (@parse [$id:ident $($ids:ident)*] [$($ops:tt)*] $after:tt $default:tt
-        send($tx:expr, $value:expr) -> $res:pat => $body:block $($rest:tt)*) => {
-        $crate::__select!(@parse [$($ids)*] [$($ops)* (send $id ($tx, $value) ($res) $body)]
+    (@parse $bias:tt [$id:ident $($ids:ident)*] [$($ops:tt)*] $after:tt $default:tt
+        send($tx:expr, $value:expr $(,)?) -> $res:pat => $body:block $($rest:tt)*) => {
+        $crate::__select!(@parse $bias [$($ids)*] [$($ops)* (send $id ($tx, $value) ($res) $body)]
             $after $default $($rest)*)
     };
-    (@parse [$id:ident $($ids:ident)*] [$($ops:tt)*] $after:tt $default:tt
-        send($tx:expr, $value:expr) -> $res:pat => $body:expr $(, $($rest:tt)*)?) => {
-        $crate::__select!(@parse [$($ids)*] [$($ops)* (send $id ($tx, $value) ($res) { $body })]
+    (@parse $bias:tt [$id:ident $($ids:ident)*] [$($ops:tt)*] $after:tt $default:tt
+        send($tx:expr, $value:expr $(,)?) -> $res:pat => $body:expr $(, $($rest:tt)*)?) => {
+        $crate::__select!(@parse $bias [$($ids)*] [$($ops)* (send $id ($tx, $value) ($res) { $body })]
             $after $default $($($rest)*)?)
     };
-    (@parse $ids:tt $ops:tt [] $default:tt
+    (@parse $bias:tt $ids:tt $ops:tt [] $default:tt
         after($d:expr) => $body:block, $($rest:tt)*) => {
-        $crate::__select!(@parse $ids $ops [($d) $body] $default $($rest)*)
+        $crate::__select!(@parse $bias $ids $ops [($d) $body] $default $($rest)*)
     };
-    (@parse $ids:tt $ops:tt [] $default:tt
+    (@parse $bias:tt $ids:tt $ops:tt [] $default:tt
         after($d:expr) => $body:block $($rest:tt)*) => {
-        $crate::__select!(@parse $ids $ops [($d) $body] $default $($rest)*)
+        $crate::__select!(@parse $bias $ids $ops [($d) $body] $default $($rest)*)
     };
-    (@parse $ids:tt $ops:tt [] $default:tt
+    (@parse $bias:tt $ids:tt $ops:tt [] $default:tt
         after($d:expr) => $body:expr $(, $($rest:tt)*)?) => {
-        $crate::__select!(@parse $ids $ops [($d) { $body }] $default $($($rest)*)?)
+        $crate::__select!(@parse $bias $ids $ops [($d) { $body }] $default $($($rest)*)?)
     };
-    (@parse $ids:tt $ops:tt $after:tt []
+    (@parse $bias:tt $ids:tt $ops:tt $after:tt []
         default $(())? => $body:block, $($rest:tt)*) => {
-        $crate::__select!(@parse $ids $ops $after [{ $body }] $($rest)*)
+        $crate::__select!(@parse $bias $ids $ops $after [{ $body }] $($rest)*)
     };
-    (@parse $ids:tt $ops:tt $after:tt []
+    (@parse $bias:tt $ids:tt $ops:tt $after:tt []
         default $(())? => $body:block $($rest:tt)*) => {
-        $crate::__select!(@parse $ids $ops $after [{ $body }] $($rest)*)
+        $crate::__select!(@parse $bias $ids $ops $after [{ $body }] $($rest)*)
     };
-    (@parse $ids:tt $ops:tt $after:tt []
+    (@parse $bias:tt $ids:tt $ops:tt $after:tt []
         default $(())? => $body:expr $(, $($rest:tt)*)?) => {
-        $crate::__select!(@parse $ids $ops $after [{ $body }] $($($rest)*)?)
+        $crate::__select!(@parse $bias $ids $ops $after [{ $body }] $($($rest)*)?)
     };
-    (@parse $ids:tt $ops:tt $after:tt $default:tt) => {
-        $crate::__select!(@emit $ops $after $default)
+    // crossbeam-channel's spelling of a timeout, `default(duration)`, is an `after` arm.
+    (@parse $bias:tt $ids:tt $ops:tt [] $default:tt
+        default($d:expr) => $body:block, $($rest:tt)*) => {
+        $crate::__select!(@parse $bias $ids $ops [($d) $body] $default $($rest)*)
+    };
+    (@parse $bias:tt $ids:tt $ops:tt [] $default:tt
+        default($d:expr) => $body:block $($rest:tt)*) => {
+        $crate::__select!(@parse $bias $ids $ops [($d) $body] $default $($rest)*)
+    };
+    (@parse $bias:tt $ids:tt $ops:tt [] $default:tt
+        default($d:expr) => $body:expr $(, $($rest:tt)*)?) => {
+        $crate::__select!(@parse $bias $ids $ops [($d) { $body }] $default $($($rest)*)?)
+    };
+    (@parse $bias:tt $ids:tt $ops:tt $after:tt $default:tt) => {
+        $crate::__select!(@emit $bias $ops $after $default)
     };
     // ---- misuse: say which arm is wrong ----
-    (@parse [] $ops:tt $after:tt $default:tt $kind:ident $($rest:tt)*) => {
+    (@parse $bias:tt [] $ops:tt $after:tt $default:tt $kind:ident $($rest:tt)*) => {
         ::core::compile_error!(::core::concat!(
             "weft::select!: too many arms at `", ::core::stringify!($kind),
             "`: at most 32 `recv` and `send` arms"
         ))
     };
-    (@parse $ids:tt $ops:tt [$($a:tt)+] $default:tt after $($rest:tt)*) => {
+    (@parse $bias:tt $ids:tt $ops:tt [$($a:tt)+] $default:tt after $($rest:tt)*) => {
         ::core::compile_error!("weft::select!: more than one `after` arm")
     };
-    (@parse $ids:tt $ops:tt $after:tt [$($d:tt)+] default $($rest:tt)*) => {
+    (@parse $bias:tt $ids:tt $ops:tt [$($a:tt)+] $default:tt default($($d:tt)+) $($rest:tt)*) => {
+        ::core::compile_error!(
+            "weft::select!: more than one `after` arm (`default(duration)` is one)"
+        )
+    };
+    (@parse $bias:tt $ids:tt $ops:tt $after:tt [$($d:tt)+] default $($rest:tt)*) => {
         ::core::compile_error!("weft::select!: more than one `default` arm")
     };
-    (@parse $ids:tt $ops:tt $after:tt $default:tt recv($($args:tt)*) $($rest:tt)*) => {
+    (@parse $bias:tt $ids:tt $ops:tt $after:tt $default:tt recv($($args:tt)*) $($rest:tt)*) => {
         ::core::compile_error!(::core::concat!(
             "weft::select!: malformed arm `recv(", ::core::stringify!($($args)*),
             ")`: expected `recv(rx) -> res => body`"
         ))
     };
-    (@parse $ids:tt $ops:tt $after:tt $default:tt send($($args:tt)*) $($rest:tt)*) => {
+    (@parse $bias:tt $ids:tt $ops:tt $after:tt $default:tt send($($args:tt)*) $($rest:tt)*) => {
         ::core::compile_error!(::core::concat!(
             "weft::select!: malformed arm `send(", ::core::stringify!($($args)*),
             ")`: expected `send(tx, value) -> res => body`"
         ))
     };
-    (@parse $ids:tt $ops:tt $after:tt $default:tt after($($args:tt)*) $($rest:tt)*) => {
+    (@parse $bias:tt $ids:tt $ops:tt $after:tt $default:tt after($($args:tt)*) $($rest:tt)*) => {
         ::core::compile_error!(::core::concat!(
             "weft::select!: malformed arm `after(", ::core::stringify!($($args)*),
             ")`: expected `after(duration) => body`"
         ))
     };
-    (@parse $ids:tt $ops:tt $after:tt $default:tt default $($rest:tt)*) => {
+    (@parse $bias:tt $ids:tt $ops:tt $after:tt $default:tt default $($rest:tt)*) => {
         ::core::compile_error!(
             "weft::select!: malformed arm `default`: expected `default => body`"
         )
     };
-    (@parse $ids:tt $ops:tt $after:tt $default:tt $kind:ident $($rest:tt)*) => {
+    (@parse $bias:tt $ids:tt $ops:tt $after:tt $default:tt $kind:ident $($rest:tt)*) => {
         ::core::compile_error!(::core::concat!(
             "weft::select!: unknown arm `", ::core::stringify!($kind),
             "`: expected `recv(rx) -> res => body`, `send(tx, value) -> res => body`, \
              one `after(duration) => body` or one `default => body`"
         ))
     };
-    (@parse $ids:tt $ops:tt $after:tt $default:tt $($rest:tt)+) => {
+    (@parse $bias:tt $ids:tt $ops:tt $after:tt $default:tt $($rest:tt)+) => {
         ::core::compile_error!(::core::concat!(
             "weft::select!: expected an arm — `recv(rx) -> res => body`, \
              `send(tx, value) -> res => body`, one `after(duration) => body` or one \
@@ -278,7 +343,7 @@ macro_rules! __select {
     };
 
     // ---- expansion ----
-    (@emit [$(($kind:ident $id:ident $args:tt $res:tt $body:tt))*] [$($after:tt)*] [$($default:tt)*]) => {{
+    (@emit $bias:tt [$(($kind:ident $id:ident $args:tt $res:tt $body:tt))*] [$($after:tt)*] [$($default:tt)*]) => {{
         $( $crate::__select!(@bind $kind $id $args); )*
         let __weft_deadline: ::core::option::Option<::std::time::Instant> =
             $crate::__select!(@deadline $($after)*);
@@ -286,6 +351,7 @@ macro_rules! __select {
             &mut [$( &mut $id as &mut dyn $crate::chan::select::SelectArm ),*],
             __weft_deadline,
             $crate::__select!(@has_default $($default)*),
+            $bias,
         );
         $crate::__select!(@dispatch __weft_outcome [$(($id $res $body))*] [$($after)*] [$($default)*])
     }};

@@ -11,13 +11,19 @@
 //! sleeper), this one's is a plain Release store; at two lock sections per channel operation
 //! that is a measurable share of a ping-pong round trip. A holder preempted by the OS costs
 //! spinners a `yield_now` each, which the short critical section makes rare. Under loom the
-//! model uses loom's mutex instead.
+//! flag is a loom atomic and a spinner yields to the model, so the models check this lock
+//! too.
+//!
+//! Besides the guard, the lock can be held without one (`lock_raw`, `unlock_raw`,
+//! `get_held`): a `select!` that concludes "nothing is ready" holds the locks of all its
+//! channels at once (chan/arms.rs), and their states have different types.
 //!
 //! May call: nothing. Called by: `chan::core`.
 
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::loom::sync::atomic::{AtomicBool, Ordering};
 
 pub(crate) struct Mutex<T> {
     locked: AtomicBool,
@@ -56,6 +62,9 @@ impl<T> Mutex<T> {
             }
             while self.locked.load(Ordering::Relaxed) {
                 spins += 1;
+                #[cfg(loom)]
+                loom::thread::yield_now();
+                #[cfg(not(loom))]
                 if spins < 64 {
                     std::hint::spin_loop();
                 } else {
@@ -63,6 +72,33 @@ impl<T> Mutex<T> {
                 }
             }
         }
+    }
+}
+
+impl<T> Mutex<T> {
+    /// Takes the lock with no guard: the caller releases it with [`unlock_raw`](Self::unlock_raw).
+    pub(crate) fn lock_raw(&self) {
+        std::mem::forget(self.lock());
+    }
+
+    /// Releases a lock taken with [`lock_raw`](Self::lock_raw).
+    ///
+    /// # Safety
+    /// The caller holds the lock through `lock_raw`, and no `get_held` borrow outlives this.
+    pub(crate) unsafe fn unlock_raw(&self) {
+        // Release: as in `MutexGuard::drop`.
+        self.locked.store(false, Ordering::Release);
+    }
+
+    /// The value, while the caller holds the lock through `lock_raw`.
+    ///
+    /// # Safety
+    /// The caller holds the lock through `lock_raw`, and no other borrow of the value is live
+    /// (invariant 1).
+    #[allow(clippy::mut_from_ref)] // the lock is the exclusivity, as in `MutexGuard`
+    pub(crate) unsafe fn get_held(&self) -> &mut T {
+        // SAFETY: the caller's contract.
+        unsafe { &mut *self.value.get() }
     }
 }
 

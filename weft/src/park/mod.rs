@@ -13,7 +13,7 @@
 //!    *before* it parks, never as it returns: a wait that completed while the caller was
 //!    parked returns its result, and a wake by the cancellation alone makes the caller's
 //!    loop park again, which unwinds (sched/worker.rs "Cancellation at a park"). A wait that
-//!    hands values over (the channels) uses [`park_current_cancellable`], which never
+//!    hands values over (the channels) uses `park_current_cancellable`, which never
 //!    unwinds: it aborts its wait under its own lock and unwinds only if no peer completed
 //!    it, so no value handed to a cancelled waiter is dropped by its unwind.
 //!

@@ -7,7 +7,8 @@
 //! Invariants:
 //! 1. The worker sets the count to [`COOP_BUDGET`] before each resume of a task
 //!    ([`reset`]), so a task that parked or yielded starts afresh.
-//! 2. Each spawn, and each join, channel, lock, semaphore or socket operation that may block,
+//! 2. Each spawn, and each join, channel, lock, semaphore or socket operation that may block
+//!    (and each `try_send`, `try_recv` and `select!`, which may not),
 //!    spends one unit first
 //!    ([`spend`]); the one that finds nothing left yields (to the back of its worker's ready
 //!    queue) before it starts, with no lock held, then proceeds.
@@ -19,8 +20,9 @@
 //! parked, and a 5 ms sleep on its worker woke 190–372 ms late; a pipeline of always-ready
 //! channels let a 100 ms ticker fire once in 2 s. This is tokio's coop budget (128 units per
 //! poll) in a stackful form: the yield is a plain switch, so no operation needs to be retried.
-//! `try_*` operations spend nothing: they never block, and a loop around them already
-//! chose to spin. Why a thread-local rather than a field of the task: only one task runs on
+//! `try_send`, `try_recv` and a `select!` with a `default` arm spend too, although they
+//! never block: a loop around them that never finds its channel ready would otherwise hold
+//! its worker for good, and starve the very task that would make it ready. Why a thread-local rather than a field of the task: only one task runs on
 //! a thread at a time, and a thread-local is one load away from every operation, which need
 //! not look up the running task.
 

@@ -236,3 +236,38 @@ fn loom_a_cancelled_select_keeps_or_leaves_the_value() {
         assert_eq!(got, Some(1));
     });
 }
+
+/// crossbeam's `linearizable_default` in one round (core.rs invariant 5): `r1` holds a value;
+/// a peer fills `r2`, then empties `r1`, so one of them holds a value at every instant. A
+/// `select!` with a `default` arm, polling `r2` before `r1` (the order that let the peer slip
+/// between the two looks), must take an arm, never `default`.
+#[test]
+fn loom_select_default_is_linearizable() {
+    loom::model(|| {
+        let r1 = Arc::new(Chan::<u32>::new(1));
+        let r2 = Arc::new(Chan::<u32>::new(1));
+        assert!(matches!(r1.try_send(1), TrySend::Sent));
+        let (p1, p2) = (r1.clone(), r2.clone());
+        let peer = thread::spawn(move || {
+            assert!(matches!(p2.try_send(2), TrySend::Sent));
+            let _ = p1.try_recv();
+        });
+        let mut arm1 = RecvArm::new(&r1);
+        let mut arm2 = RecvArm::new(&r2);
+        let picked = {
+            let mut arms: [&mut dyn SelectArm; 2] = [&mut arm1, &mut arm2];
+            select(
+                &mut arms,
+                None,
+                true,
+                &mut |order| order.reverse(),
+                &mut park,
+            )
+        };
+        peer.join().unwrap();
+        assert!(
+            matches!(picked, Some(Selected::Arm(_))),
+            "default taken although an arm was ready throughout: {picked:?}"
+        );
+    });
+}
