@@ -30,16 +30,27 @@
 //!   channel it waits on ([`chan`]).
 //!
 //! # Layers
-//! [`debug`] (task dumps, SIGQUIT, the debug endpoint) and [`metrics`] sit beside the top:
-//! they read every layer and are called by none.
+//! Each folder of `src/` is a layer, and so is each file beside this one. A layer names only
+//! itself and the layers below it in this list, top first — every `crate::` path counts, and
+//! `tests/layering.rs` checks them all against the list, which is the one place the
+//! directions are written — so no import cycle spans two layers. Upward, the runtime reports
+//! to its observers through one narrow seam, `observe`: event hooks behind one flag, the
+//! counters its workers write, the capture of a parked task for a dump, backtraces.
 //! ```text
-//!   chan (channels, select!) ─┐
-//!   sync (Mutex, WaitGroup…)  ─┼─► park
-//!   time (sleep, after, tick) ─┘
-//!   context (Context, bind)   ──► chan, park, task
-//!   task (spawn, JoinHandle, Builder) ─┐
-//!   park (Waiter, park/wake protocol) ─┼─► sched (Runtime, workers, queues) ─► stack (slots, guards, overflow)
-//!   metrics (snapshot, stack profile: sums what sched and stack count; its counters call nothing)
+//!   debug       task dumps, SIGQUIT, traces, the debug endpoint      ┐ the observers: they
+//!   metrics     snapshot, stack profile                              ┘ read every layer
+//!   net         TcpListener, TcpStream, UdpSocket, name resolution
+//!   interpose   the blocking libc calls of std and sync crates (feature `interpose`)
+//!   context     Context, bind
+//!   time        sleep, after, tick, Timer
+//!   sync        Mutex, RwLock, Condvar, WaitGroup, Semaphore, Barrier
+//!   chan        channels, select!
+//!   task        spawn, Builder, JoinHandle, task-locals, spawn_blocking, compute
+//!   sched       Runtime, workers and queues, the task header and handle, parking, the reactor
+//!   observe     the seam: trace events, counters, dump captures, backtraces
+//!   park        the park protocol: ParkState, ParkReason
+//!   stack       slots, guards, reclaim, compaction, the image and cell arenas, overflow
+//!   loom        std's or loom's atomics and locks
 //! ```
 //!
 //! # Blocking code you did not write
