@@ -439,7 +439,7 @@ impl RuntimeBuilder {
             Some(path) => SiteClasses::load(path)?,
             None => None,
         };
-        stack::install_handler();
+        stack::install_handler(|ips| crate::debug::report_backtrace(ips, true).to_string());
         stack::calibrate(crate::task::Suspend::Park(crate::park::ParkReason::Park));
         crate::debug::install_sigquit(crate::debug::action_from_env(self.sigquit)?)?;
 

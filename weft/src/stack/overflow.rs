@@ -14,15 +14,16 @@
 //! 3. `RUNNING` points at a live description while its task runs on this thread, and is null
 //!    otherwise (the worker sets and clears it around each resume).
 //!
-//! May call: `region.rs`, libc. Called by: `sched` (installs the handler, makes alternate
-//! stacks, sets `RUNNING`).
+//! May call: `region.rs`, libc, the `symbolize` function `install_handler` was given. Called
+//! by: `sched` (installs the handler with its symbolizer, makes alternate stacks, sets
+//! `RUNNING`).
 //!
 //! Why our own handler: std's handler only knows thread stacks (it dies with a bare SIGSEGV on a
 //! task's guard page), and corosensei installs none.
 //!
 //! Why a backtrace in a signal handler: the process aborts right after, and where the task
 //! recursed is what its author needs. Unwinding (libgcc's `_Unwind_Backtrace`, through the
-//! kernel's signal frame into the task's frames) and symbolizing (`debug::report_backtrace`:
+//! kernel's signal frame into the task's frames) and symbolizing (`install_handler`'s `symbolize`:
 //! parses debug info, allocates) are not async-signal-safe: a lock the faulting thread held —
 //! the allocator's, the loader's — would hang them. So the handler (a) writes the essential
 //! line first, (b) arms `alarm(2)` with SIGALRM at its default action, so a hang ends the
@@ -32,7 +33,7 @@
 
 use std::cell::Cell;
 use std::fmt::{self, Write as _};
-use std::sync::Once;
+use std::sync::{Once, OnceLock};
 
 use super::region;
 
@@ -67,10 +68,21 @@ const MAX_REPORT_FRAMES: usize = 64;
 static mut PREVIOUS_SEGV: std::mem::MaybeUninit<libc::sigaction> = std::mem::MaybeUninit::zeroed();
 static mut PREVIOUS_BUS: std::mem::MaybeUninit<libc::sigaction> = std::mem::MaybeUninit::zeroed();
 
-/// Installs the handler once per process.
-pub(crate) fn install_handler() {
+/// Turns the overflowing task's raw frames into text (`install_handler`'s argument).
+pub(crate) type Symbolize = fn(&[usize]) -> String;
+
+/// How the report symbolizes its frames: set by the first `install_handler`, before the
+/// handler can run.
+static SYMBOLIZE: OnceLock<Symbolize> = OnceLock::new();
+
+/// Installs the handler once per process. `symbolize` turns the overflowing task's frames
+/// (innermost first; the first is the faulting instruction, the others return addresses)
+/// into the text of the report's backtrace: the layers above give it (the stack layer names
+/// none of them), and the first call's is kept.
+pub(crate) fn install_handler(symbolize: Symbolize) {
     static INSTALL: Once = Once::new();
     INSTALL.call_once(|| {
+        let _ = SYMBOLIZE.set(symbolize);
         for (signal, previous) in [
             (libc::SIGSEGV, &raw mut PREVIOUS_SEGV),
             (libc::SIGBUS, &raw mut PREVIOUS_BUS),
@@ -229,8 +241,13 @@ fn write_backtrace(context: *mut libc::c_void) {
     }
     let _ = writeln!(line);
     line.write_to_stderr();
-    let backtrace = crate::debug::report_backtrace(&ips[..len], true);
-    let text = format!("weft: where the task overflowed:\n{backtrace}");
+    let Some(symbolize) = SYMBOLIZE.get() else {
+        return;
+    };
+    let text = format!(
+        "weft: where the task overflowed:\n{}",
+        symbolize(&ips[..len])
+    );
     // SAFETY: writes initialised bytes of our own string; write(2) is async-signal-safe.
     unsafe { libc::write(2, text.as_ptr().cast(), text.len()) };
 }
