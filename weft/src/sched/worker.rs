@@ -1307,12 +1307,12 @@ impl Worker {
         }
         // Going to sleep: give back the stack memory of a past burst, step by step, waking up
         // for the next step (stack/mod.rs, "Warm slots"), shrink parked tasks' stacks, and
-        // give back the task cells of a past burst (task/alloc.rs invariant 4).
+        // give back the task cells of a past burst (stack/cell_cache.rs invariant 4).
         let trim_due = match (stack::trim_idle(), self.stack_step()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let trim_due = match (trim_due, crate::task::trim_cells_idle()) {
+        let trim_due = match (trim_due, stack::cell_cache::trim_idle()) {
             (Some(due), true) => Some(due.min(stack::TRIM_INTERVAL)),
             (due, cells) => due.or(cells.then_some(stack::TRIM_INTERVAL)),
         };

@@ -1,5 +1,5 @@
 //! Memory for the images of compacted stacks (`compact.rs`) and for task cells
-//! (`task/alloc.rs`): two arenas, each packing its blocks end to end in runs that each thread
+//! (`cell_cache.rs`): two arenas, each packing its blocks end to end in runs that each thread
 //! carves from a few large mappings, with a count per page, so that a page goes back to the
 //! kernel as soon as the last block on it has been freed. The invariants below say "image";
 //! a task cell is a block of the other arena, without a header.
@@ -33,7 +33,7 @@
 //!    a server whose tasks are compacted and restored over and over would carve address space
 //!    without end and abort when the segments ran out.
 //!
-//! May call: `region.rs`, `page_count.rs`, libc. Called by: `compact.rs`, `task/alloc.rs`
+//! May call: `region.rs`, `page_count.rs`, libc. Called by: `compact.rs`, `cell_cache.rs`
 //! (`alloc_cell`, `free_cell`: blocks of a size class, found in their segment by address).
 //!
 //! Why not the global allocator, measured here (`examples/million.rs`): compacting a million
@@ -117,7 +117,7 @@ impl Arena {
 
 /// The images of compacted stacks.
 static IMAGES: Arena = Arena::new("compacted stacks");
-/// Task cells, for `task/alloc.rs` ([`alloc_cell`]).
+/// Task cells, for `cell_cache.rs` ([`alloc_cell`]).
 static CELLS: Arena = Arena::new("task cells");
 
 /// Where runs come from.

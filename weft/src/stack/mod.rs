@@ -3,7 +3,8 @@
 //! Owns: the size classes, the process-wide pool of slots of each class (warm, cold, and the
 //! batch waiting to be released), the stack-overflow handler (`overflow.rs`), and the
 //! shrinking of parked tasks' stacks (`compact.rs`, on `uffd.rs`, images in `arena.rs`),
-//! and the page-counted arena task cells are carved from (`arena.rs`, for `task/alloc.rs`).
+//! and the page-counted arena task cells are carved from (`arena.rs`), with per-thread
+//! caches of its blocks by size class (`cell_cache.rs`).
 //!
 //! ```text
 //!   one region (mmap, MAP_NORESERVE, 32 GiB) per size class, carved into slots:
@@ -71,6 +72,7 @@
 //! thread across a park. What may not: a borrow of another task's stack.
 
 mod arena;
+pub(crate) mod cell_cache;
 mod compact;
 mod overflow;
 mod page_count;

@@ -22,7 +22,7 @@
 //! Why one allocation: the spawn path allocated the header, the join slot and the boxed closure
 //! separately; glibc's malloc and free, with frees on another thread than the allocation, were
 //! 37% of the instructions of the million example (callgrind). The allocation itself comes from
-//! per-thread caches by size class (task/alloc.rs), since the cell is usually freed on another
+//! per-thread caches by size class (stack/cell_cache.rs), since the cell is usually freed on another
 //! worker than the one that spawned it.
 //!
 //! Why a vtable and a thin pointer rather than `Arc<dyn TaskCell>`: every wake and park passes
@@ -37,10 +37,10 @@ use std::ptr::NonNull;
 
 use std::sync::atomic::Ordering;
 
-use super::alloc;
 use super::join::{Completion, JoinSlot};
 use super::{interrupt, Cancelled, Header};
 use crate::park::Waiter;
+use crate::stack::cell_cache;
 
 /// The typed operations of one `Cell<F, T>`, reached from its header.
 pub(crate) struct CellVtable {
@@ -165,10 +165,10 @@ where
     unsafe fn free(header: NonNull<Header>) {
         let cell = header.cast::<Self>().as_ptr();
         // SAFETY: the caller's contract: nothing can reach the cell any more; `allocate` made
-        // it with this layout from task/alloc.rs.
+        // it with this layout from stack/cell_cache.rs.
         unsafe {
             cell.drop_in_place();
-            alloc::free(header.cast(), Layout::new::<Self>());
+            cell_cache::free(header.cast(), Layout::new::<Self>());
         }
     }
 }
@@ -206,7 +206,7 @@ where
 {
     header.vtable = vtable::<F, T>();
     // The layout is not zero-sized: it holds a header.
-    let memory = alloc::allocate(Layout::new::<Cell<F, T>>()).cast::<Cell<F, T>>();
+    let memory = cell_cache::allocate(Layout::new::<Cell<F, T>>()).cast::<Cell<F, T>>();
     let cell = Cell {
         header,
         join: JoinSlot::new(),

@@ -36,12 +36,10 @@
 //!
 //! May call: `stack`, `park`, `sched` (to submit a spawned task). Called by: everything above.
 
-mod alloc;
 mod cell;
 mod join;
 pub(crate) mod local;
 
-pub(crate) use alloc::trim_idle as trim_cells_idle;
 pub use join::JoinHandle;
 pub use local::LocalKey;
 

@@ -27,9 +27,9 @@
 //!    holds over `DEPOT_KEEP` batches goes back too, step by step, when workers go idle
 //!    ([`trim_idle`]).
 //!
-//! May call: `stack` (the cell arena), `std::alloc` (layouts it does not cache). Called by:
-//! `task/cell.rs` (allocate and free a cell), `sched/worker.rs`
-//! (`trim_idle`, when a worker goes idle).
+//! May call: `arena.rs` (the cell arena), `std::alloc` (layouts it does not cache). Called by:
+//! `task/cell.rs` (allocate and free a cell), `sched/worker.rs` (`trim_idle`, when a worker
+//! goes idle).
 //!
 //! Why: a task's cell is allocated by the thread that spawns it and freed by the thread that
 //! drops its last reference — often another worker, which ran the task. Through glibc's malloc
