@@ -56,12 +56,14 @@
 //!    cancel takes the links under the same lock after its CAS, so a registration either is
 //!    seen by the cancel or sees the cancel (and fails at once). After the cancel no entry is
 //!    added, so a slab key removed later (`Scope::drop`, a child's drop) was never reused.
-//! 3. A bound task's scopes (task/local.rs `TaskLocals::scopes`) are pushed and popped by the
-//!    task itself, in nesting order; its park unwinds with a `ScopeUnwind` naming the
-//!    outermost cancelled scope, which only that scope's `bind` catches.
+//! 3. A bound task's scopes (sched/locals.rs `TaskLocals::scopes`) are pushed and popped by
+//!    the task itself, in nesting order; its park unwinds with a `ScopeUnwind` naming the
+//!    outermost cancelled scope, which only that scope's `bind` catches (sched/locals.rs
+//!    invariant 2).
 //!
-//! May call: `chan`, `park`, `task`, `sched`. Called by: users; `sched/worker.rs` (a park
-//! that sees the `SCOPE` interrupt bit), `park` (the same on plain threads).
+//! May call: `chan`, `task`, `sched` (the task's storage, waiters). Called by: users; a park
+//! that sees the `SCOPE` interrupt bit, or a plain thread's park, asks each bound `Inner`
+//! whether it ended, as a `Scope` (sched/locals.rs).
 //!
 //! Why unwinding rather than an error from each operation: weft's blocking calls already
 //! return their own error types, and tasks already unwind at a park when cancelled (at
@@ -72,7 +74,6 @@
 //! deadlines: a context is not tied to a runtime or worker; one sleeping thread per process
 //! serves every deadline (started at the first one) and wakes only when one passes.
 
-use std::any::Any;
 use std::fmt;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -80,8 +81,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use crate::chan::{Receiver, Sender};
-use crate::park::Waiter;
-use crate::task::{interrupt, Header, JoinHandle};
+use crate::sched::interrupt;
+pub use crate::sched::locals::ContextError;
+use crate::sched::locals::{self, ScopeUnwind};
+use crate::sched::Waiter;
+use crate::task::JoinHandle;
 
 /// Not cancelled.
 const ACTIVE: u8 = 0;
@@ -89,37 +93,6 @@ const ACTIVE: u8 = 0;
 const CANCELLED: u8 = 1;
 /// Cancelled because its deadline (or an ancestor's) passed.
 const DEADLINE: u8 = 2;
-
-/// Why a context ended: Go's `context.Canceled` and `context.DeadlineExceeded`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ContextError {
-    /// [`Context::cancel`] was called on it or an ancestor.
-    Cancelled,
-    /// Its deadline, or an ancestor's, passed.
-    DeadlineExceeded,
-}
-
-impl fmt::Display for ContextError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ContextError::Cancelled => "context cancelled",
-            ContextError::DeadlineExceeded => "context deadline exceeded",
-        })
-    }
-}
-
-impl std::error::Error for ContextError {}
-
-impl From<ContextError> for std::io::Error {
-    /// `Interrupted` for a cancel, `TimedOut` for a deadline; the message says which.
-    fn from(e: ContextError) -> std::io::Error {
-        let kind = match e {
-            ContextError::Cancelled => std::io::ErrorKind::Interrupted,
-            ContextError::DeadlineExceeded => std::io::ErrorKind::TimedOut,
-        };
-        std::io::Error::new(kind, e)
-    }
-}
 
 /// A cancellation signal with an optional deadline, shared by clones and passed to children
 /// (module doc). Dropping every clone does not cancel it, as in Go; call [`cancel`].
@@ -198,6 +171,17 @@ impl Inner {
         if self.deadline.is_some_and(|d| Instant::now() >= d) {
             self.cancel_with(DEADLINE);
         }
+    }
+}
+
+/// What a park asks of a bound context (sched/locals.rs).
+impl locals::Scope for Inner {
+    fn poll_deadline(&self) {
+        Inner::poll_deadline(self);
+    }
+
+    fn error(&self) -> Option<ContextError> {
+        Inner::error(self)
     }
 }
 
@@ -333,7 +317,7 @@ impl Context {
             }
             let key = links.bound.insert(Waiter::current());
             drop(links);
-            crate::task::local::with_locals(|l| l.scopes.push(self.inner.clone()));
+            locals::with_locals(|l| l.scopes.push(self.inner.clone()));
             Scope {
                 inner: &self.inner,
                 key,
@@ -343,8 +327,7 @@ impl Context {
         // An interposed call inside `f` reported this scope's cancellation as an error
         // (`cut_short`): `f` returned, but what it returned is the fallout of that error.
         let me = Arc::as_ptr(&self.inner) as usize;
-        let cut_short =
-            crate::task::local::with_locals(|l| std::mem::replace(&mut l.cut_short, 0) == me);
+        let cut_short = locals::with_locals(|l| std::mem::replace(&mut l.cut_short, 0) == me);
         drop(scope);
         match outcome {
             Ok(_) if cut_short => Err(self
@@ -405,117 +388,21 @@ struct Scope<'a> {
     key: usize,
 }
 
+impl Scope<'_> {
+    /// The scope's address, as the task's storage and a `ScopeUnwind` name it.
+    fn address(&self) -> usize {
+        Arc::as_ptr(self.inner) as usize
+    }
+}
+
 impl Drop for Scope<'_> {
     fn drop(&mut self) {
-        let popped = crate::task::local::with_locals(|l| l.scopes.pop());
-        debug_assert!(popped.is_some_and(|p| Arc::ptr_eq(&p, self.inner)));
+        let popped = locals::with_locals(|l| l.scopes.pop());
+        debug_assert!(popped.is_some_and(|p| locals::scope_address(&p) == self.address()));
         // Invariant 2: gone already if the cancel took the list.
         let waiter = self.inner.lock().bound.try_remove(self.key);
         drop(waiter);
     }
-}
-
-/// The unwind payload of a park in a cancelled scope: the address of that scope's `Inner`.
-struct ScopeUnwind(usize);
-
-/// Whether `payload` is a context's unwind (for `task::is_cancelled`).
-pub(crate) fn is_scope_unwind(payload: &(dyn Any + Send)) -> bool {
-    payload.is::<ScopeUnwind>()
-}
-
-/// The running task saw its `SCOPE` interrupt bit at a park: unwinds to the outermost
-/// cancelled scope it is bound to, if any (invariant 3).
-#[cold]
-pub(crate) fn unwind_if_scope_cancelled(header: &Header) {
-    // Cleared before the look, so a cancel after the look sets it again for the next park.
-    // Acquire: pairs with the Release `fetch_or` of `Task::interrupt`.
-    header
-        .interrupt
-        .fetch_and(!interrupt::SCOPE, Ordering::Acquire);
-    let target = crate::task::local::with_header_locals(header, |locals| {
-        locals.and_then(|l| outermost_cancelled(&l.scopes))
-    });
-    if let Some(target) = target {
-        resume_unwind(Box::new(ScopeUnwind(target)));
-    }
-}
-
-#[cfg(feature = "interpose")]
-/// For a call that reports cancellation as an error instead of unwinding (interpose): the
-/// error of the outermost cancelled scope the running task is bound to, which is marked cut
-/// short so that its `bind` returns that error once its closure returns. Clears a stale
-/// `SCOPE` bit, as a park does.
-pub(crate) fn cut_short(header: &Header) -> Option<ContextError> {
-    let found = crate::task::local::with_header_locals(header, |locals| {
-        let locals = locals?;
-        let target = outermost_cancelled(&locals.scopes)?;
-        mark_cut_short(locals, target)
-    });
-    if found.is_none() {
-        header
-            .interrupt
-            .fetch_and(!interrupt::SCOPE, Ordering::Relaxed);
-    }
-    found
-}
-
-#[cfg(feature = "interpose")]
-/// A context's unwind caught by a call that reports it as an error (interpose): marks the
-/// scope cut short, as [`cut_short`] does, and sets the `SCOPE` bit again (the unwind
-/// cleared it) so the task's next park unwinds to that scope. `None` if `payload` is not a
-/// context's unwind.
-pub(crate) fn caught_scope_unwind(
-    header: &Header,
-    payload: &(dyn Any + Send),
-) -> Option<ContextError> {
-    let target = payload.downcast_ref::<ScopeUnwind>()?.0;
-    header
-        .interrupt
-        .fetch_or(interrupt::SCOPE, Ordering::Relaxed);
-    crate::task::local::with_header_locals(header, |locals| mark_cut_short(locals?, target))
-}
-
-#[cfg(feature = "interpose")]
-/// Marks the scope at address `target` (one of `locals.scopes`) cut short; its error.
-fn mark_cut_short(
-    locals: &mut crate::task::local::TaskLocals,
-    target: usize,
-) -> Option<ContextError> {
-    locals.cut_short = target;
-    locals
-        .scopes
-        .iter()
-        .find(|s| Arc::as_ptr(s) as usize == target)
-        .and_then(|s| s.error())
-}
-
-/// Whether a plain thread is bound to a cancelled scope (a cancellable park's check).
-pub(crate) fn thread_scope_cancelled() -> bool {
-    !std::thread::panicking()
-        && crate::task::local::with_thread_locals(|l| outermost_cancelled(&l.scopes))
-            .flatten()
-            .is_some()
-}
-
-/// The same for a plain OS thread, around its parks (park/mod.rs).
-pub(crate) fn unwind_if_thread_scope_cancelled() {
-    if std::thread::panicking() {
-        return;
-    }
-    let target = crate::task::local::with_thread_locals(|l| outermost_cancelled(&l.scopes));
-    if let Some(Some(target)) = target {
-        resume_unwind(Box::new(ScopeUnwind(target)));
-    }
-}
-
-fn outermost_cancelled(scopes: &[Arc<Inner>]) -> Option<usize> {
-    scopes
-        .iter()
-        .find(|s| {
-            s.poll_deadline();
-            s.error().is_some()
-        })
-        .map(|s| Arc::as_ptr(s) as usize)
 }
 
 /// The process's deadline thread: cancels contexts whose deadline passed. An entry leaves the

@@ -44,8 +44,8 @@
 //!   context     Context, bind
 //!   time        sleep, after, tick, Timer
 //!   sync        Mutex, RwLock, Condvar, WaitGroup, Semaphore, Barrier
-//!   chan        channels, select!
 //!   task        spawn, Builder, JoinHandle, task-locals, spawn_blocking, compute
+//!   chan        channels, select!
 //!   sched       Runtime, workers and queues, the task header and handle, parking, the reactor
 //!   observe     the seam: trace events, counters, dump captures, backtraces
 //!   park        the park protocol: ParkState, ParkReason
@@ -92,7 +92,7 @@ pub mod debug;
 #[cfg(all(feature = "interpose", not(loom)))]
 pub mod interpose;
 #[cfg(loom)]
-#[path = "task/join.rs"]
+#[path = "sched/task/join.rs"]
 pub(crate) mod join;
 #[cfg(not(loom))]
 pub mod metrics;

@@ -1,4 +1,4 @@
-//! Cancel safety of every hand-off (chan/mod.rs "Cancel safety", park/mod.rs invariant 3): a
+//! Cancel safety of every hand-off (chan/mod.rs "Cancel safety", sched/park.rs invariant 3): a
 //! value whose `send` returned `Ok` is received exactly once, never dropped by the unwind of a
 //! receiver cancelled as it was handed over; a sender cancelled while it waits either
 //! delivered its value or dropped it itself; lock and permit hand-overs to cancelled waiters

@@ -49,7 +49,7 @@
 //!    channel, so every transition out of WAITING — a claim, or the owner's abort on timeout
 //!    or unwind — happens under that channel's lock: they are plain loads and stores, not
 //!    CAS. A `select!`'s selector is claimed from several channels' locks and uses CAS.
-//! 8. Cancel safety: a blocked party's park never unwinds (park/mod.rs invariant 3); it says
+//! 8. Cancel safety: a blocked party's park never unwinds (sched/park.rs invariant 3); it says
 //!    a cancellation is pending, and the party aborts its selector — under the channel lock
 //!    for a single operation, by CAS for a `select!`. If the abort wins, no peer touched the
 //!    entries (a send still holds its value) and the party reports `Cancelled`, so the caller
@@ -86,7 +86,7 @@ use super::spin_lock::{Mutex, MutexGuard};
 use crate::chan_spin_lock::{Mutex, MutexGuard};
 use crate::loom::sync::atomic::{AtomicUsize, Ordering};
 #[cfg(loom)]
-use crate::park::Waiter;
+use crate::sched::Waiter;
 
 #[path = "arms.rs"]
 mod arms;
@@ -210,7 +210,7 @@ impl Selector {
 #[cfg(not(loom))]
 #[derive(Debug)]
 enum SelectorWaiter {
-    Task(std::ptr::NonNull<crate::task::Header>),
+    Task(std::ptr::NonNull<crate::sched::Header>),
     Thread(std::thread::Thread),
 }
 
@@ -234,8 +234,8 @@ fn wake_by_ref(waiter: &SelectorWaiter) {
     match waiter {
         SelectorWaiter::Task(task) => {
             // SAFETY: the task is blocked on this selector, so it is Started and its worker's
-            // live list holds a reference (task/mod.rs invariant 3): the header is alive.
-            unsafe { crate::task::unpark_ptr(*task) }
+            // live list holds a reference (sched/task/mod.rs invariant 3): the header is alive.
+            unsafe { crate::sched::unpark_ptr(*task) }
         }
         SelectorWaiter::Thread(thread) => thread.unpark(),
     }

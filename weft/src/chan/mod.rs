@@ -63,7 +63,7 @@
 //! | `try_send`, `try_recv` | never wait, never cancelled |
 //!
 //! Either way the cancellation is not lost: a task that completed its operation unwinds at
-//! its next wait (park/mod.rs invariant 3). Checked by `tests/cancel_handoff.rs` (a
+//! its next wait (sched/park.rs invariant 3). Checked by `tests/cancel_handoff.rs` (a
 //! randomized stress over every hand-off kind), `tests/chan_drops.rs`, `tests/cancel.rs` and
 //! the loom model `loom_chan::a_cancelled_receiver_keeps_or_leaves_the_value`.
 //!
@@ -137,7 +137,7 @@ pub(crate) fn timer_receiver<T>(
 /// (callgrind).
 #[inline(always)]
 fn park(deadline: Option<Instant>, reason: crate::park::ParkReason) -> bool {
-    crate::park::park_current_cancellable(deadline, reason)
+    crate::sched::park_current_cancellable(deadline, reason)
 }
 
 /// [`park`] for a send (park/reason.rs invariant 1).
@@ -161,7 +161,7 @@ fn send_until<T>(chan: &Chan<T>, mut value: T, deadline: Option<Instant>) -> Sen
             SendOutcome::Cancelled(back) => {
                 value = back;
                 // Returns only if the cancellation was stale: send again.
-                crate::park::unwind_if_cancelled();
+                crate::sched::unwind_if_cancelled();
             }
             outcome => return outcome,
         }
@@ -173,7 +173,7 @@ fn send_until<T>(chan: &Chan<T>, mut value: T, deadline: Option<Instant>) -> Sen
 fn recv_until<T>(chan: &Chan<T>, deadline: Option<Instant>) -> RecvOutcome<T> {
     loop {
         match chan.recv(deadline, &mut park_recv) {
-            RecvOutcome::Cancelled => crate::park::unwind_if_cancelled(),
+            RecvOutcome::Cancelled => crate::sched::unwind_if_cancelled(),
             outcome => return outcome,
         }
     }

@@ -105,7 +105,7 @@ pub fn run<A: ArmSlot>(
             Some(selected) => return selected,
             // Cancelled with no arm completed (core.rs invariant 8); returns only if the
             // cancellation was stale, and the select polls again.
-            None => crate::park::unwind_if_cancelled(),
+            None => crate::sched::unwind_if_cancelled(),
         }
     }
 }

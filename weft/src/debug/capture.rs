@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::park::ParkReason;
-use crate::task::Header;
+use crate::sched::Header;
 
 /// The most frames kept of one task's stack (the innermost ones).
 pub(crate) const MAX_FRAMES: usize = 48;

@@ -34,7 +34,7 @@
 //! scheduler's event sites (`trace`, behind one flag).
 //!
 //! Why capture on the workers rather than stop the world from outside: a started task's stack
-//! may only be touched on its own thread (task/mod.rs invariant 1), and a parked task is
+//! may only be touched on its own thread (sched/task/mod.rs invariant 1), and a parked task is
 //! switched out there anyway; Go's `goroutineProfileWithLabels` stops the world and walks
 //! every goroutine, which weft's per-worker ownership makes unnecessary.
 

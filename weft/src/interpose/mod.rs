@@ -145,9 +145,9 @@ fn guard<R>(cancelled: impl FnOnce(c_int) -> R, f: impl FnOnce() -> R) -> R {
 }
 
 /// The errno a call cut short by `why` fails with (invariant 3).
-fn cancel_errno(why: crate::park::Cancellation) -> c_int {
+fn cancel_errno(why: crate::sched::Cancellation) -> c_int {
     match why {
-        crate::park::Cancellation::Context(crate::context::ContextError::DeadlineExceeded) => {
+        crate::sched::Cancellation::Context(crate::context::ContextError::DeadlineExceeded) => {
             libc::ETIMEDOUT
         }
         _ => libc::ECANCELED,

@@ -570,7 +570,7 @@ pub unsafe extern "C" fn poll(fds_: *mut pollfd, n: nfds_t, timeout: c_int) -> c
             match deadline {
                 Some(deadline) => crate::time::sleep_until(deadline),
                 None => loop {
-                    crate::park::park_current(crate::park::ParkReason::LibcPoll);
+                    crate::sched::park_current(crate::park::ParkReason::LibcPoll);
                 },
             }
             set_errno(saved);

@@ -227,7 +227,7 @@ pub fn snapshot() -> Snapshot {
     let mut walked_since = Instant::now();
     let mut between_walks = || {
         if walked_since.elapsed() >= WALK_SLICE {
-            crate::sched::suspend_current(crate::task::Suspend::Yield);
+            crate::sched::suspend_current(crate::sched::Suspend::Yield);
             walked_since = Instant::now();
         }
     };

@@ -26,8 +26,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
 use std::time::Duration;
 
+use super::park::{self, Waiter};
 use crate::debug::trace;
-use crate::park::{self, Waiter};
+use crate::park::ParkReason;
 
 /// How long an idle pool thread waits for a job before it exits.
 const KEEP_ALIVE: Duration = Duration::from_secs(10);
@@ -209,8 +210,8 @@ where
         match taken {
             Some(Ok(value)) => return Ok(value),
             Some(Err(payload)) => std::panic::resume_unwind(payload),
-            // park/mod.rs invariant 2: re-check after every return.
-            None => park::park_current(park::ParkReason::BlockingPool),
+            // sched/park.rs invariant 2: re-check after every return.
+            None => park::park_current(ParkReason::BlockingPool),
         }
     }
 }

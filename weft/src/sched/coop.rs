@@ -60,7 +60,7 @@ pub(crate) fn spend() {
 fn out_of_budget(budget: &Cell<u32>) {
     // A yield resumes through `reset`; off a task (a plain thread), just top it up.
     budget.set(COOP_BUDGET);
-    if !super::suspend_current(crate::task::Suspend::Yield) {
+    if !super::suspend_current(super::task::Suspend::Yield) {
         budget.set(u32::MAX);
     }
 }

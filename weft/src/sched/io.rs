@@ -102,8 +102,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::epoll::{Epoll, Ready};
+use super::park::{self, Waiter};
 use super::runtime::Remote;
-use crate::park::{self, Waiter};
 
 /// A direction of readiness.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -343,7 +343,7 @@ impl Readiness {
         dir: Direction,
         seen: u64,
         deadline: Option<Instant>,
-        reason: park::ParkReason,
+        reason: crate::park::ParkReason,
     ) -> Option<io::Result<()>> {
         let d = dir as usize;
         let mut retired = Retired::default();

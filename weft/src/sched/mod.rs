@@ -19,14 +19,20 @@
 //!
 //! Invariants:
 //! 1. Only never-started tasks are in a stealable queue (`new_tasks`, the injector); a woken or
-//!    yielded task goes back to its home worker only (task/mod.rs invariant 1).
+//!    yielded task goes back to its home worker only (sched/task/mod.rs invariant 1).
 //! 2. A worker runs at most one task at a time, and the worker thread's own code never runs
 //!    on a task's stack.
 //! 3. No wakeup is lost between a worker deciding to sleep and work arriving (idle.rs). A
 //!    spawn onto the spawning worker's own deque is work for that worker, which is awake; it
 //!    wakes another worker only to share it, once per burst (idle.rs, "Spawns").
 //!
-//! May call: `task`, `stack`, `park`. Called by: `task` (spawn, park, yield), the public API.
+//! The task core is here too (task/: the header, the handle, the cell, the join slot), and
+//! parking the caller (park.rs): a wake queues a task on its worker and a worker runs its
+//! tasks through their headers, so they call each other, inside this one layer (lib.rs,
+//! "Layers"). `task/`, one layer up, is the public API over them.
+//!
+//! May call: `stack`, `park`. Called by: `task` (spawn, park, yield, the pools), every layer
+//! above (parking, waking, the reactor), the public API (`Runtime`, `Handle`).
 //!
 //! Why per-worker `ready` queues that cannot be stolen from: a started task holds the addresses
 //! of its thread's thread-locals in registers and on its stack (rust-lang/rust#136044), and
@@ -39,8 +45,6 @@ pub(crate) mod activity;
 #[cfg(not(loom))]
 pub(crate) mod blocking;
 #[cfg(not(loom))]
-pub(crate) mod compute;
-#[cfg(not(loom))]
 pub(crate) mod coop;
 #[cfg(not(loom))]
 mod epoll;
@@ -51,18 +55,30 @@ pub(crate) mod io;
 mod monitor;
 #[cfg(not(loom))]
 mod monitor_sample;
+pub(crate) mod park;
+#[cfg(not(loom))]
+mod pool_slot;
 #[cfg(not(loom))]
 pub(crate) mod stats;
+#[cfg(not(loom))]
+pub(crate) mod task;
 #[cfg(not(loom))]
 mod worker;
 
 #[cfg(all(not(loom), feature = "interpose"))]
+pub(crate) use park::Cancellation;
+pub(crate) use park::{park_current, Waiter};
+#[cfg(not(loom))]
+pub(crate) use park::{park_current_cancellable, park_current_until, unwind_if_cancelled};
+#[cfg(not(loom))]
+pub(crate) use pool_slot::PoolSlot;
+#[cfg(not(loom))]
+pub(crate) use task::{interrupt, locals, spawn, unpark_ptr, Header, Suspend};
+#[cfg(all(not(loom), feature = "interpose"))]
 pub(crate) use worker::{cancellation_as_error, caught_cancellation};
 #[cfg(not(loom))]
 pub(crate) use worker::{
-    current_task, current_task_ptr, current_worker_of, park_current_task,
-    park_current_task_cancellable, park_current_task_until, schedule_woken, suspend_current,
-    unwind_if_cancelled_now, wake_blocked, with_spawner,
+    current_compute_slot, current_task, current_task_ptr, current_worker_of, suspend_current,
 };
 
 #[cfg(loom)]

@@ -30,10 +30,11 @@ use crossbeam_deque::{Injector, Stealer};
 use super::idle::SleepFlags;
 use super::monitor::Monitor;
 use super::stats::SiteClasses;
+use super::task::join::JoinHandle;
+use super::task::Task;
 use super::worker::{self, Worker};
 use crate::metrics::counters::{SiteCounts, WorkerCounters};
 use crate::stack::{self, SizeClass};
-use crate::task::{JoinHandle, Task};
 
 /// State shared by all workers of one runtime.
 pub(crate) struct Shared {
@@ -49,8 +50,8 @@ pub(crate) struct Shared {
     pub(crate) spinning: AtomicUsize,
     /// Threads for `task::spawn_blocking` (sched/blocking.rs).
     pub(crate) blocking: Arc<super::blocking::Pool>,
-    /// Threads for `task::compute` (sched/compute.rs), started at its first job.
-    pub(crate) compute: super::compute::Pool,
+    /// The queue of `task::compute`'s threads (task/compute.rs), made at its first job.
+    pub(crate) compute: super::pool_slot::PoolSlot,
     /// The monitor's deep sleep while every worker sleeps (monitor.rs, "Idle").
     pub(crate) monitor_rest: super::monitor::Rest,
     /// Whether this runtime runs a monitor thread (for `weft::metrics`).
@@ -440,7 +441,7 @@ impl RuntimeBuilder {
             None => None,
         };
         stack::install_handler(|ips| crate::debug::report_backtrace(ips, true).to_string());
-        stack::calibrate(crate::task::Suspend::Park(crate::park::ParkReason::Park));
+        stack::calibrate(super::task::Suspend::Park(crate::park::ParkReason::Park));
         crate::debug::install_sigquit(crate::debug::action_from_env(self.sigquit)?)?;
 
         let locals: Vec<_> = (0..workers)
@@ -480,7 +481,7 @@ impl RuntimeBuilder {
             closing: AtomicBool::new(false),
             spinning: AtomicUsize::new(0),
             monitor_rest: super::monitor::Rest::default(),
-            compute: super::compute::Pool::new(),
+            compute: Default::default(),
             stack_policy: self.stack_policy.unwrap_or_default(),
             blocking: Arc::new(super::blocking::Pool::new(
                 max_threads - own_threads,
@@ -769,7 +770,7 @@ impl Handle {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        match crate::task::Builder::new().spawn_on(self, f) {
+        match super::task::spawn(Some(self), None, None, std::panic::Location::caller(), f) {
             Ok(handle) => handle,
             Err(e) => panic!("weft: failed to spawn task: {e}"),
         }

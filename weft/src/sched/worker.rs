@@ -13,13 +13,13 @@
 //! sockets skips the spin and waits in epoll, see `idle`), then sleep in
 //! the poller.
 //!
-//! Invariants: sched/mod.rs 1–3; task/mod.rs 1–3. In particular `current` is non-null exactly
+//! Invariants: sched/mod.rs 1–3; sched/task/mod.rs 1–3. In particular `current` is non-null exactly
 //! while a task runs on this worker, and `run_task` is never re-entered (a task cannot run the
 //! worker loop).
 //!
 //! # Capturing a parked task
 //! A task dump (`weft::debug`) needs each task's backtrace, which only the task's own stack
-//! holds, and a started task never leaves its worker's thread (task/mod.rs invariant 1). So a
+//! holds, and a started task never leaves its worker's thread (sched/task/mod.rs invariant 1). So a
 //! dump request goes to every worker (`Remote::request_dump`, a flag and a notify, like a wake);
 //! the worker answers it between tasks (`answer_dump`), where every task in its live list is
 //! switched out, either parked or in a ready queue:
@@ -32,7 +32,7 @@
 //!    It does not return from `suspend`, so `ParkState::resumed`, the cancellation check and
 //!    the caller's re-check never run: the wake is invisible to it.
 //! 3. The worker does not call `publish_parked` after a capture: the park state was never
-//!    touched, so a PARKED task is still PARKED (its parked reference, task/mod.rs invariant 4,
+//!    touched, so a PARKED task is still PARKED (its parked reference, sched/task/mod.rs invariant 4,
 //!    still held by the park state), and a task an `unpark` moved to NOTIFIED meanwhile — from
 //!    another thread, since this one is busy — was queued by that `unpark` as usual and runs
 //!    later with an ordinary resume.
@@ -54,11 +54,11 @@ use crossbeam_deque::Steal;
 
 use super::runtime::{Handle, Remote, Shared};
 use super::stats::{site_key, PrefillDepths, Sampler};
+use super::task::{interrupt, locals, Cancelled, Header, RunState, Suspend, Task, TaskCoroutine};
 use crate::debug::{trace, ParkSite};
 use crate::metrics::counters;
 use crate::park::ParkReason;
 use crate::stack::{self, LocalSlots, SizeClass, Slot};
-use crate::task::{interrupt, Cancelled, Header, RunState, Suspend, Task, TaskCoroutine};
 
 /// How long an idle worker keeps looking for work before it sleeps.
 const SPIN: Duration = Duration::from_micros(50);
@@ -113,7 +113,7 @@ fn current_header<'a>() -> Option<&'a Header> {
 
 /// The running task, as a pointer, without touching its reference count: for waiters that
 /// only need it while the task is blocked (its worker's live list keeps it alive then,
-/// task/mod.rs invariant 3). Turn it back into a `Task` with `Task::clone_from_ptr`.
+/// sched/task/mod.rs invariant 3). Turn it back into a `Task` with `Task::clone_from_ptr`.
 #[inline]
 pub(crate) fn current_task_ptr() -> Option<NonNull<Header>> {
     current_worker()?.current.get()
@@ -222,7 +222,7 @@ pub(crate) fn park_current_task_cancellable(
 pub(crate) fn unwind_if_cancelled_now() {
     match current_header() {
         Some(header) => unwind_if_cancelled(header),
-        None => crate::context::unwind_if_thread_scope_cancelled(),
+        None => locals::unwind_if_thread_scope_cancelled(),
     }
 }
 
@@ -231,7 +231,7 @@ pub(crate) fn unwind_if_cancelled_now() {
 /// of unwinding (interpose/mod.rs invariant 3): the task's own (`Task::cancel`, shutdown), or
 /// the outermost cancelled `Context` it is bound to, whose `bind` then returns its error
 /// (context.rs `cut_short`). `None` outside a task.
-pub(crate) fn cancellation_as_error() -> Option<crate::park::Cancellation> {
+pub(crate) fn cancellation_as_error() -> Option<super::park::Cancellation> {
     let header = current_header()?;
     // Acquire: pairs with the Release `fetch_or` of `Task::interrupt`.
     let bits = header.interrupt.load(Ordering::Acquire);
@@ -239,9 +239,9 @@ pub(crate) fn cancellation_as_error() -> Option<crate::park::Cancellation> {
         return None;
     }
     if bits & (interrupt::SHUTDOWN | interrupt::CANCEL) != 0 {
-        return Some(crate::park::Cancellation::Task);
+        return Some(super::park::Cancellation::Task);
     }
-    crate::context::cut_short(header).map(crate::park::Cancellation::Context)
+    locals::cut_short(header).map(super::park::Cancellation::Context)
 }
 
 /// A cancellation's unwind caught by a call that reports it as an error instead
@@ -250,12 +250,12 @@ pub(crate) fn cancellation_as_error() -> Option<crate::park::Cancellation> {
 #[cfg(feature = "interpose")]
 pub(crate) fn caught_cancellation(
     payload: &(dyn std::any::Any + Send),
-) -> Option<crate::park::Cancellation> {
+) -> Option<super::park::Cancellation> {
     if payload.is::<Cancelled>() {
-        return Some(crate::park::Cancellation::Task);
+        return Some(super::park::Cancellation::Task);
     }
     let header = current_header()?;
-    crate::context::caught_scope_unwind(header, payload).map(crate::park::Cancellation::Context)
+    locals::caught_scope_unwind(header, payload).map(super::park::Cancellation::Context)
 }
 
 /// "Cancellation at a park": what a park does with a cancellation request.
@@ -264,7 +264,7 @@ pub(crate) fn caught_cancellation(
 /// operation completed while the task was parked — a channel value handed over, a lock or
 /// permits granted, a joined task's result — returns that result, and the cancellation takes
 /// effect at the task's next wait (every wait parks in a loop that re-checks its condition,
-/// park/mod.rs invariant 2, so a wake by the cancel alone parks again and unwinds there).
+/// sched/park.rs invariant 2, so a wake by the cancel alone parks again and unwinds there).
 /// A park that follows a hand-off protocol (`CANCELLABLE`, the channels) does not unwind at
 /// all: it returns true, so that its caller aborts its wait under its own lock first and
 /// unwinds only if no peer completed it — otherwise a value handed over between the caller's
@@ -461,7 +461,7 @@ impl Drop for TimerEntry<'_> {
 }
 
 /// A cancelled task unwinds at its park (unless it is already unwinding): cancelled by
-/// shutdown, by `Task::cancel`, or by a `Context` it is bound to (task/mod.rs `interrupt`).
+/// shutdown, by `Task::cancel`, or by a `Context` it is bound to (sched/task/mod.rs `interrupt`).
 /// With no request pending this is one plain load.
 #[inline]
 fn unwind_if_cancelled(header: &Header) {
@@ -480,7 +480,7 @@ fn interrupted(header: &Header) {
     if bits & interrupt::CANCEL != 0 {
         std::panic::resume_unwind(Box::new(Cancelled::REQUESTED));
     }
-    crate::context::unwind_if_scope_cancelled(header);
+    locals::unwind_if_scope_cancelled(header);
 }
 
 /// Wakes the OS thread of a task that blocks it (park/state.rs invariant 4).
@@ -526,7 +526,7 @@ pub(crate) fn schedule_woken(task: Task) {
 fn trace_run_ended(
     header: &Header,
     started: u64,
-    result: &CoroutineResult<Suspend, Option<crate::park::Waiter>>,
+    result: &CoroutineResult<Suspend, Option<super::park::Waiter>>,
 ) {
     let ended = match result {
         CoroutineResult::Yield(Suspend::Yield) => trace::Ended::Yield,
@@ -549,8 +549,9 @@ pub(crate) fn current_blocking_pool() -> Option<Arc<super::blocking::Pool>> {
     Some(current_worker()?.shared.blocking.clone())
 }
 
-/// The compute pool of the runtime the running task belongs to; `None` on a plain thread.
-pub(crate) fn current_compute_pool<'a>() -> Option<&'a super::compute::Pool> {
+/// The compute pool's slot of the runtime the running task belongs to; `None` on a plain
+/// thread.
+pub(crate) fn current_compute_slot<'a>() -> Option<&'a super::pool_slot::PoolSlot> {
     current_header()?;
     Some(&current_worker()?.shared.compute)
 }
@@ -558,7 +559,7 @@ pub(crate) fn current_compute_pool<'a>() -> Option<&'a super::compute::Pool> {
 /// Drops the closure of a task that never started and tells its joiner; a no-op for a task
 /// that did start. The caller holds `task` exclusively: it popped it from a queue.
 pub(crate) fn cancel_unstarted(task: &Task) {
-    // SAFETY: task/mod.rs invariant 1: a never-started task is in one queue at a time, and the
+    // SAFETY: sched/task/mod.rs invariant 1: a never-started task is in one queue at a time, and the
     // caller took it out.
     let state = unsafe { task.header().run_state() };
     if let RunState::New { .. } = state {
@@ -764,7 +765,7 @@ pub(crate) fn with_spawner<R>(
     }
 }
 
-/// Started, unfinished tasks of one worker (task/mod.rs invariant 3).
+/// Started, unfinished tasks of one worker (sched/task/mod.rs invariant 3).
 ///
 /// A `slab::Slab` chains its free entries through the vacant entries themselves: the free
 /// indices used to be a `Vec` of their own that grew while tasks finished, and a doubling of
@@ -849,10 +850,10 @@ impl Worker {
 
     /// The worker thread's body.
     ///
-    /// User code runs only inside tasks, each under its own `catch_unwind` (task/cell.rs), so
+    /// User code runs only inside tasks, each under its own `catch_unwind` (sched/task/cell.rs), so
     /// a panic that reaches this loop is weft's own bug. It aborts: unwinding would end the
     /// thread, destroy its thread-locals, and leave its suspended tasks to be dropped on
-    /// another thread (task/mod.rs invariant 1).
+    /// another thread (sched/task/mod.rs invariant 1).
     pub(crate) fn run(self) {
         let _alt_stack = stack::AltStack::install();
         let _ = self.remote.thread.set(std::thread::current());
@@ -1361,7 +1362,7 @@ impl Worker {
         }
     }
 
-    /// Resumes `task` until it yields, parks or returns (task/mod.rs invariant 1).
+    /// Resumes `task` until it yields, parks or returns (sched/task/mod.rs invariant 1).
     ///
     /// debug/trace/mod.rs invariant 1: off, this one test of a worker field is all a trace
     /// costs here. The traced run is a copy of its own, so that the untraced one carries
@@ -1446,7 +1447,7 @@ impl Worker {
                 if header.park.publish_parked() {
                     remote.counters.parked();
                     self.stacks.borrow_mut().parked(&header.stack, live);
-                    task.into_parked(); // task/mod.rs invariant 4
+                    task.into_parked(); // sched/task/mod.rs invariant 4
                 } else {
                     self.ready.borrow_mut().push_back(task);
                 }
@@ -1477,7 +1478,7 @@ impl Worker {
         for (index, task) in live.iter() {
             let header = task.header();
             // SAFETY: this worker is between tasks, so it alone touches the run state of its
-            // started tasks (task/mod.rs invariant 1), and `run_task` is not running.
+            // started tasks (sched/task/mod.rs invariant 1), and `run_task` is not running.
             let state = unsafe { header.run_state() };
             let RunState::Started { coroutine, .. } = state else {
                 continue;
@@ -1555,7 +1556,7 @@ impl Worker {
             task.header().yielder.set(yielder);
             task.run()
         });
-        // SAFETY: the task has not run yet and this worker owns it (invariant 2 of task/mod.rs).
+        // SAFETY: the task has not run yet and this worker owns it (sched/task/mod.rs invariant 2).
         unsafe { task.header().set_home(self.remote.clone()) };
         let live = self.live.borrow_mut().insert(task.clone());
         self.set_live_count(1);
@@ -1615,7 +1616,7 @@ impl Worker {
         loop {
             if let Some(task) = self.next_task() {
                 // Step 2 for a never-started task: it runs only to drop its closure, on its
-                // own stack (task/cell.rs), and tell its joiner. Started ones unwind.
+                // own stack (sched/task/cell.rs), and tell its joiner. Started ones unwind.
                 task.header()
                     .interrupt
                     .fetch_or(interrupt::SHUTDOWN, Ordering::Relaxed);

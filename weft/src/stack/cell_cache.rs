@@ -28,7 +28,7 @@
 //!    ([`trim_idle`]).
 //!
 //! May call: `arena.rs` (the cell arena), `std::alloc` (layouts it does not cache). Called by:
-//! `task/cell.rs` (allocate and free a cell), `sched/worker.rs` (`trim_idle`, when a worker
+//! `sched/task/cell.rs` (allocate and free a cell), `sched/worker.rs` (`trim_idle`, when a worker
 //! goes idle).
 //!
 //! Why: a task's cell is allocated by the thread that spawns it and freed by the thread that

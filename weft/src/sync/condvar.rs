@@ -23,7 +23,8 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
 use super::mutex::MutexGuard;
-use crate::park::{ParkReason, Waiter};
+use crate::park::ParkReason;
+use crate::sched::Waiter;
 
 struct Node {
     notified: AtomicBool,
@@ -130,8 +131,8 @@ impl Condvar {
                     leaving.pass_on = !timed_out;
                     break;
                 }
-                Some(deadline) => crate::park::park_current_until(deadline, reason),
-                None => crate::park::park_current(reason),
+                Some(deadline) => crate::sched::park_current_until(deadline, reason),
+                None => crate::sched::park_current(reason),
             }
         }
         let guard = mutex.lock();

@@ -10,7 +10,7 @@
 //! [`Barrier`] and [`Once`] are built from [`Mutex`] and [`Condvar`].
 //!
 //! Invariants: each file states its own; the shared rules are:
-//! 1. park/mod.rs invariant 2 — every wait parks in a loop on its own "granted/notified/
+//! 1. sched/park.rs invariant 2 — every wait parks in a loop on its own "granted/notified/
 //!    released" flag, set with Release by the one party that dequeued it (so spurious wakeups
 //!    are harmless and wakeups are never lost).
 //! 2. A waiter that leaves its wait other than through its flag — its park unwinds (a task

@@ -86,7 +86,7 @@ impl<T: ?Sized> Mutex<T> {
     /// on its mutex under its own name).
     pub(crate) fn lock_for(&self, reason: crate::park::ParkReason) -> MutexGuard<'_, T> {
         crate::sched::coop::spend(); // sched/coop.rs invariant 2
-        self.sema.acquire(1, || crate::park::park_current(reason));
+        self.sema.acquire(1, || crate::sched::park_current(reason));
         MutexGuard {
             mutex: self,
             _not_send: PhantomData,

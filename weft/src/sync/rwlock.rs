@@ -69,7 +69,7 @@ impl<T: ?Sized> RwLock<T> {
     pub fn read(&self) -> RwLockReadGuard<'_, T> {
         crate::sched::coop::spend(); // sched/coop.rs invariant 2
         self.sema.acquire(1, || {
-            crate::park::park_current(crate::park::ParkReason::RwLockRead)
+            crate::sched::park_current(crate::park::ParkReason::RwLockRead)
         });
         RwLockReadGuard {
             lock: self,
@@ -81,7 +81,7 @@ impl<T: ?Sized> RwLock<T> {
     pub fn write(&self) -> RwLockWriteGuard<'_, T> {
         crate::sched::coop::spend(); // sched/coop.rs invariant 2
         self.sema.acquire(MAX_PERMITS, || {
-            crate::park::park_current(crate::park::ParkReason::RwLockWrite)
+            crate::sched::park_current(crate::park::ParkReason::RwLockWrite)
         });
         RwLockWriteGuard {
             lock: self,

@@ -41,7 +41,7 @@ use std::collections::VecDeque;
 
 use crate::loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use crate::loom::sync::{Arc, Mutex};
-use crate::park::Waiter;
+use crate::sched::Waiter;
 
 /// Some waiter is queued: fast paths are closed (invariant 1).
 const WAITERS: usize = 1;

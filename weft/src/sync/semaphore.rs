@@ -70,7 +70,7 @@ impl Semaphore {
     pub fn acquire_many(&self, n: usize) -> SemaphorePermit<'_> {
         crate::sched::coop::spend(); // sched/coop.rs invariant 2
         self.raw.acquire(n, || {
-            crate::park::park_current(crate::park::ParkReason::Semaphore)
+            crate::sched::park_current(crate::park::ParkReason::Semaphore)
         });
         SemaphorePermit {
             sem: self,

@@ -20,7 +20,7 @@
 
 use crate::loom::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 use crate::loom::sync::{Arc, Mutex, MutexGuard};
-use crate::park::Waiter;
+use crate::sched::Waiter;
 
 struct Node {
     released: AtomicBool,
@@ -103,7 +103,7 @@ impl WaitGroup {
 
     /// Parks until the count is zero.
     pub fn wait(&self) {
-        self.wait_with(|| crate::park::park_current(crate::park::ParkReason::WaitGroup));
+        self.wait_with(|| crate::sched::park_current(crate::park::ParkReason::WaitGroup));
     }
 
     pub(crate) fn wait_with(&self, park: impl Fn()) {

@@ -17,7 +17,7 @@ fn park(_: Option<Instant>) -> bool {
     false
 }
 
-/// A park that reports a cancellation once `cancelled` is set (park/mod.rs
+/// A park that reports a cancellation once `cancelled` is set (sched/park.rs
 /// `park_current_cancellable`): at once if it is set already, else when it wakes. The models
 /// set the flag without a wake of their own: the cancel's wake is the park state's token
 /// (modelled in `loom_park`), and loom cannot tell an `unpark` from the wake of a thread that

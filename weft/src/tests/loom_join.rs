@@ -1,11 +1,12 @@
-//! task/join.rs: the result reaches the joiner exactly once, whether the joiner or the
+//! sched/task/join.rs: the result reaches the joiner exactly once, whether the joiner or the
 //! completion comes first, and a cancellation reaches it the same way.
 
 use loom::sync::Arc;
 use loom::thread;
 
 use crate::join::{Completion, JoinSlot};
-use crate::park::{park_current, ParkReason, Waiter};
+use crate::park::ParkReason;
+use crate::sched::{park_current, Waiter};
 
 fn model(result: fn() -> std::thread::Result<usize>, check: fn(std::thread::Result<usize>)) {
     loom::model(move || {

@@ -42,7 +42,7 @@ pub fn sleep(duration: Duration) {
     match Instant::now().checked_add(duration) {
         Some(deadline) => sleep_until(deadline),
         None => loop {
-            crate::park::park_current(crate::park::ParkReason::Sleep);
+            crate::sched::park_current(crate::park::ParkReason::Sleep);
         },
     }
 }
@@ -56,7 +56,7 @@ pub fn sleep_until(deadline: Instant) {
         }
         // On a plain thread too a park (not `std::thread::sleep`), so that a cancelled
         // `Context` the thread is bound to ends the sleep.
-        crate::park::park_current_until(deadline, crate::park::ParkReason::Sleep);
+        crate::sched::park_current_until(deadline, crate::park::ParkReason::Sleep);
     }
 }
 

@@ -70,7 +70,7 @@ use std::time::Duration;
 
 use super::clock_now;
 use crate::park::ParkReason;
-use crate::task::Header;
+use crate::sched::Header;
 
 mod json;
 

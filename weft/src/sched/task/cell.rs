@@ -9,21 +9,26 @@
 //!   go through the header's `CellVtable`, the join slot is found by its offset (`join_slot`)
 //! ```
 //!
-//! Owns: [`Cell`] and its [`CellVtable`].
+//! Owns: [`Cell`] and the instances of its `CellVtable` (the type is mod.rs's, so that the
+//! header names no closure type).
 //!
 //! Invariants:
 //! 1. `body` is taken once: by `run` on the worker that starts the task, or by `cancel` on
 //!    the worker (or runtime) that drops a never-started task — both hold the task exclusively
-//!    then, having popped it from a queue (task/mod.rs invariant 1).
+//!    then, having popped it from a queue (mod.rs invariant 1).
 //! 2. The join slot is completed exactly once: by `run` (the result, a panic, or the
 //!    cancellation unwind) or by `cancel`.
-//! 3. A cell is freed once, by whoever drops its last reference (task/mod.rs invariant 5).
+//! 3. A cell is freed once, by whoever drops its last reference (mod.rs invariant 5).
+//!
+//! May call: `join.rs` (completing the slot), `locals.rs` (dropping the task's storage at its
+//! end), stack/cell_cache.rs (the memory). Called by: mod.rs (`spawn` allocates; a header's
+//! vtable runs, cancels and frees), `join.rs` (`join_slot`).
 //!
 //! Why one allocation: the spawn path allocated the header, the join slot and the boxed closure
 //! separately; glibc's malloc and free, with frees on another thread than the allocation, were
 //! 37% of the instructions of the million example (callgrind). The allocation itself comes from
-//! per-thread caches by size class (stack/cell_cache.rs), since the cell is usually freed on another
-//! worker than the one that spawned it.
+//! per-thread caches by size class (stack/cell_cache.rs), since the cell is usually freed on
+//! another worker than the one that spawned it.
 //!
 //! Why a vtable and a thin pointer rather than `Arc<dyn TaskCell>`: every wake and park passes
 //! the task around; a fat pointer made each one recompute where the header sits inside the
@@ -38,24 +43,9 @@ use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 
 use super::join::{Completion, JoinSlot};
-use super::{interrupt, Cancelled, Header};
-use crate::park::Waiter;
+use super::{interrupt, Cancelled, CellVtable, Header};
+use crate::sched::Waiter;
 use crate::stack::cell_cache;
-
-/// The typed operations of one `Cell<F, T>`, reached from its header.
-pub(crate) struct CellVtable {
-    /// Runs the closure on the current stack and completes the join slot; returns the joiner
-    /// to wake once the task has fully switched out (invariant 1: called once, by the starter).
-    pub(crate) run: unsafe fn(NonNull<Header>) -> Option<Waiter>,
-    /// Drops the closure of a task that never started and tells its joiner, with the given
-    /// error payload (invariant 1).
-    pub(crate) cancel: unsafe fn(NonNull<Header>, Box<dyn Any + Send>),
-    /// Tells the joiner of a started task whose frames are leaked at shutdown, never to run
-    /// again, that it will not finish (invariant 2: it never completes otherwise).
-    pub(crate) abandon: unsafe fn(NonNull<Header>),
-    /// Drops the cell and frees its memory (invariant 3).
-    pub(crate) free: unsafe fn(NonNull<Header>),
-}
 
 #[repr(C)]
 struct Cell<F, T> {
@@ -122,7 +112,7 @@ where
                 .fetch_and(interrupt::SHUTDOWN, Ordering::Relaxed);
         }
         // The task's task-locals go with it, before its joiner hears of the end.
-        super::local::drop_task_locals(&cell.header);
+        super::locals::drop_task_locals(&cell.header);
         match cell.join.complete(result) {
             Completion::Joined(joiner) => joiner,
             // No handle: the result (or panic payload) is dropped here, still in the task
@@ -189,7 +179,7 @@ pub(crate) fn drop_in_task<V>(value: V) {
 }
 
 /// The vtable of the cells of closures `F` returning `T`, for their headers.
-pub(crate) fn vtable<F, T>() -> &'static CellVtable
+fn vtable<F, T>() -> &'static CellVtable
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
@@ -197,14 +187,17 @@ where
     &Cell::<F, T>::VTABLE
 }
 
-/// Allocates a task's cell around `header` and `body`. The header's vtable is set to this
-/// cell type's here, whatever the caller put in it: the cell's operations must match its type.
-pub(crate) fn allocate<F, T>(mut header: Header, body: F) -> NonNull<Header>
+/// Allocates a task's cell around the header `make_header` makes and `body`. The header is
+/// made with this cell type's vtable here: the cell's operations must match its type.
+pub(crate) fn allocate<F, T>(
+    make_header: impl FnOnce(&'static CellVtable) -> Header,
+    body: F,
+) -> NonNull<Header>
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    header.vtable = vtable::<F, T>();
+    let header = make_header(vtable::<F, T>());
     // The layout is not zero-sized: it holds a header.
     let memory = cell_cache::allocate(Layout::new::<Cell<F, T>>()).cast::<Cell<F, T>>();
     let cell = Cell {

@@ -15,18 +15,21 @@
 //!    joiner after it saw DONE.
 //! 2. `waiter` is written only by the joiner, before its CAS to WAITING; taken only by the
 //!    completion after its swap saw WAITING.
-//! 3. The slot is completed exactly once, by the task's cell (task/cell.rs invariant 2):
+//! 3. The slot is completed exactly once, by the task's cell (sched/task/cell.rs invariant 2):
 //!    with its result, or with a `Cancelled` payload when it was dropped before it ran or
 //!    unwound at a park because it was cancelled.
 //! 4. A result no one will join is dropped by user code's own context, never by a worker
 //!    between tasks: a handle dropped before completion (DETACHED) makes `complete` hand the
-//!    result back to the task, which drops it on its own stack (task/cell.rs); a handle
+//!    result back to the task, which drops it on its own stack (sched/task/cell.rs); a handle
 //!    dropped after completion takes the result and drops it itself, like
 //!    `std::thread::JoinHandle`. So a result's `Drop` that panics is caught like a task's
 //!    panic, and one that blocks parks its task instead of blocking a worker thread.
 //! 5. A joiner that stops waiting (`join_timeout`) takes its waiter back only by its own CAS
 //!    WAITING → EMPTY; if that fails the state is DONE and the result is the joiner's. The
 //!    handle survives a timed-out join, so a later join (or the handle's drop) takes over.
+//!
+//! May call: the parking of the caller (sched/park.rs), the cooperative budget. Called by:
+//! `cell.rs` (completion), users through [`JoinHandle`] (re-exported by `task`).
 //!
 //! Checked by `src/tests/loom_join.rs`.
 
@@ -36,7 +39,7 @@ use std::fmt;
 use std::thread;
 
 use crate::loom::sync::atomic::{AtomicU8, Ordering};
-use crate::park::Waiter;
+use crate::sched::Waiter;
 
 #[cfg(not(loom))]
 use super::{Task, TaskId};
@@ -210,17 +213,17 @@ impl<T: 'static> JoinHandle<T> {
     /// `Err` with the panic's payload, like `std::thread::JoinHandle::join`. A cancelled task
     /// (by [`cancel`](Self::cancel) or its runtime's shutdown) gives `Err` with a
     /// [`Cancelled`](super::Cancelled) payload: `payload.is::<weft::task::Cancelled>()` or
-    /// [`is_cancelled`](super::is_cancelled) tells a cancellation from a panic.
+    /// [`is_cancelled`](crate::task::is_cancelled) tells a cancellation from a panic.
     ///
     /// From a task this parks only the task; from a plain OS thread it blocks the thread.
     pub fn join(self) -> thread::Result<T> {
         // sched/coop.rs invariant 2.
         crate::sched::coop::spend();
         // A joiner cancelled while it waits unwinds out of `wait` (unless the result came
-        // first: then it returns it, park/mod.rs invariant 3): then `self` drops as usual and
+        // first: then it returns it, sched/park.rs invariant 3): then `self` drops as usual and
         // detaches, so the task drops its result itself (invariant 4).
         let result = self.slot().wait(Waiter::current, || {
-            crate::park::park_current(crate::park::ParkReason::Join)
+            crate::sched::park_current(crate::park::ParkReason::Join)
         });
         // The result is taken, so `Drop`'s detach step has nothing to do: skip it.
         let this = std::mem::ManuallyDrop::new(self);
@@ -262,7 +265,7 @@ impl<T: 'static> JoinHandle<T> {
             if std::time::Instant::now() >= deadline {
                 return false;
             }
-            crate::park::park_current_until(deadline, crate::park::ParkReason::Join);
+            crate::sched::park_current_until(deadline, crate::park::ParkReason::Join);
             true
         };
         // A joiner cancelled while it waits unwinds out of `wait_timed` with its waiter
