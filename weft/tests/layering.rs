@@ -427,11 +427,8 @@ const KNOWN: &[(&str, &str)] = &[
     ("sched/monitor_sample.rs", "debug"),
     ("sched/runtime.rs", "debug"),
     ("sched/runtime.rs", "interpose"),
-    ("sched/runtime.rs", "metrics"),
-    ("sched/stats.rs", "metrics"),
     ("sched/task/mod.rs", "debug"),
     ("sched/worker.rs", "debug"),
-    ("sched/worker.rs", "metrics"),
 ];
 
 #[test]

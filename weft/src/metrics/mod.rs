@@ -32,20 +32,21 @@
 //! [`crate::RuntimeBuilder::stack_profile`] (or `WEFT_STACK_PROFILE=path`) applies a profile
 //! written by an earlier run.
 //!
-//! Owns: the counters (`counters.rs`, which calls nothing), the reads of `/proc`
-//! (`kernel.rs`), the Prometheus writer (`prometheus.rs`) and the profile file
-//! (`profile.rs`).
+//! Owns: the reads of `/proc` (`kernel.rs`) and the Prometheus writer (`prometheus.rs`). The
+//! counters it sums are the scheduler's (sched/counters.rs: each worker writes its own), and
+//! so are the sampled depths and the profile file (sched/profile.rs), which the runtime both
+//! reads at its build and writes at its drop.
 //!
 //! Invariants:
 //! 1. Counting costs the hot paths no locked instruction: spawn, start, park and wake each
 //!    add one to a counter of the worker they run on with a load and a store
-//!    (counters.rs invariant 1); only [`snapshot`] sums.
+//!    (sched/counters.rs invariant 1); only [`snapshot`] sums.
 //! 2. A snapshot is not atomic: its counts are read one after another while tasks run, so
 //!    they may disagree by the tasks that changed state meanwhile; none is ever negative.
 //!
-//! May call: `sched` (`stats::collect`), `stack` (`usage`) — the one place a lower layer's
-//! figures are gathered; the counters themselves call nothing. Called by: the public API,
-//! `sched/runtime.rs` (writing the profile at drop).
+//! May call: `sched` (`stats::collect`, the counters, the profile), `stack` (`usage`) — the
+//! one place the lower layers' figures are gathered. Called by: the public API, `debug` (the
+//! endpoint).
 //!
 //! # Task states
 //! - *live* ([`Snapshot::tasks`]): spawned and not finished; each holds a stack slot. A task
@@ -63,20 +64,16 @@
 //! kernel on first touch and stay until given back; only the kernel knows which are there
 //! (`kernel.rs` says how they are read: `PAGEMAP_SCAN`, else `smaps`).
 
-pub(crate) mod counters;
 mod kernel;
-mod profile;
 mod prometheus;
 
-pub use counters::{CompactionMode, ReclaimPolicy, SiteKey};
-pub use profile::{SiteProfile, StackProfile};
+pub use crate::sched::counters::{CompactionMode, ReclaimPolicy, SiteKey};
+pub use crate::sched::profile::{SiteProfile, StackProfile};
 
 use std::time::{Duration, Instant};
 
 use crate::sched::stats;
 use crate::stack;
-
-pub(crate) use profile::parse_profile;
 
 /// One stack region: reserved address space carved into slots of one size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -272,6 +269,5 @@ pub fn snapshot() -> Snapshot {
 /// The stack profile of every spawn site so far (finished tasks only: a task's depth is
 /// measured when it returns). See [`SiteProfile`] for what each figure means.
 pub fn stack_profile() -> StackProfile {
-    let figures = stats::collect(true);
-    profile::build(&figures.sites, kernel::page_size() as u64)
+    crate::sched::profile::stack_profile()
 }

@@ -47,6 +47,8 @@ pub(crate) mod blocking;
 #[cfg(not(loom))]
 pub(crate) mod coop;
 #[cfg(not(loom))]
+pub(crate) mod counters;
+#[cfg(not(loom))]
 mod epoll;
 mod idle;
 #[cfg(not(loom))]
@@ -58,6 +60,8 @@ mod monitor_sample;
 pub(crate) mod park;
 #[cfg(not(loom))]
 mod pool_slot;
+#[cfg(not(loom))]
+pub(crate) mod profile;
 #[cfg(not(loom))]
 pub(crate) mod stats;
 #[cfg(not(loom))]

@@ -27,13 +27,13 @@ use std::time::{Duration, Instant};
 
 use crossbeam_deque::{Injector, Stealer};
 
+use super::counters::{SiteCounts, WorkerCounters};
 use super::idle::SleepFlags;
 use super::monitor::Monitor;
 use super::stats::SiteClasses;
 use super::task::join::JoinHandle;
 use super::task::Task;
 use super::worker::{self, Worker};
-use crate::metrics::counters::{SiteCounts, WorkerCounters};
 use crate::stack::{self, SizeClass};
 
 /// State shared by all workers of one runtime.
@@ -108,7 +108,7 @@ pub(crate) struct Remote {
     /// Steals and busy time, for the debug endpoint (activity.rs).
     pub(crate) activity: super::activity::WorkerActivity,
     /// Spawns, starts, parks and wakes on this worker, for `weft::metrics` (written by the
-    /// worker only, metrics/counters.rs invariant 1).
+    /// worker only, counters.rs invariant 1).
     pub(crate) counters: WorkerCounters,
     /// Tasks started here per spawn site (same rule).
     pub(crate) sites: SiteCounts,
@@ -710,7 +710,7 @@ impl Drop for Runtime {
         self.shared.has_monitor.store(false, Ordering::Relaxed);
         super::stats::retire(&self.shared);
         if let Some(path) = &self.shared.profile_path {
-            let profile = crate::metrics::stack_profile();
+            let profile = super::profile::stack_profile();
             let earlier = self
                 .shared
                 .site_classes

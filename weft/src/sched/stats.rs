@@ -8,12 +8,12 @@
 //! Invariants:
 //! 1. A runtime is in the registry from `register` (in `RuntimeBuilder::build`) until `retire`
 //!    (in `Runtime::drop`, after its workers exited), which folds its workers' counters into
-//!    `metrics::counters::RETIRED`: the sums over registry + retired + off-worker counters
+//!    `counters::RETIRED`: the sums over registry + retired + off-worker counters
 //!    never go back when a runtime goes away.
 //! 2. A task is sampled iff its bit is set in its worker's `Sampler`, indexed by its place in
 //!    the worker's live list; the bit is set at `start` and cleared at `finish`.
 //!
-//! May call: `stack` (release and measure a sampled slot), `metrics` counters. Called by:
+//! May call: `stack` (release and measure a sampled slot), `counters.rs`. Called by:
 //! `sched/worker.rs`, `sched/runtime.rs`, `metrics::snapshot`.
 //!
 //! # How the stack depth is sampled
@@ -46,9 +46,8 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 
+use super::counters::{self, SiteKey, Totals};
 use super::runtime::Shared;
-use crate::metrics::counters::{self, Totals};
-use crate::metrics::SiteKey;
 use crate::stack::{self, SizeClass, Slot};
 
 /// Every site's first tasks on each worker are sampled.
@@ -268,7 +267,7 @@ impl SiteClasses {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(profile_error(path, e)),
         };
-        let entries = crate::metrics::parse_profile(&text).map_err(|e| profile_error(path, e))?;
+        let entries = super::profile::parse_profile(&text).map_err(|e| profile_error(path, e))?;
         let mut by_line: HashMap<u32, Vec<(u32, String, SizeClass)>> = HashMap::new();
         for (site, bytes) in &entries {
             let class = SizeClass::for_size(*bytes as usize).map_err(|e| profile_error(path, e))?;

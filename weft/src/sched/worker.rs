@@ -52,11 +52,11 @@ use std::time::{Duration, Instant};
 use corosensei::CoroutineResult;
 use crossbeam_deque::Steal;
 
+use super::counters;
 use super::runtime::{Handle, Remote, Shared};
 use super::stats::{site_key, PrefillDepths, Sampler};
 use super::task::{interrupt, locals, Cancelled, Header, RunState, Suspend, Task, TaskCoroutine};
 use crate::debug::{trace, ParkSite};
-use crate::metrics::counters;
 use crate::park::ParkReason;
 use crate::stack::{self, LocalSlots, SizeClass, Slot};
 

@@ -91,7 +91,7 @@ pub(crate) use compact::{
 };
 
 pub(crate) use overflow::{context_pc_sp, install_handler, set_running, AltStack, DescribeTask};
-pub(crate) use region::{prefetch_line, slot_of};
+pub(crate) use region::{page_size, prefetch_line, slot_of};
 
 use std::collections::VecDeque;
 use std::io;

@@ -1,5 +1,5 @@
-//! The counters behind [`super::snapshot`]: plain atomics that the other layers write and
-//! the snapshot sums. Nothing here calls anything.
+//! The counters behind `weft::metrics::snapshot`: plain atomics that the scheduler writes and
+//! the snapshot sums (through stats.rs). Nothing here calls anything.
 //!
 //! Owns:
 //! - [`WorkerCounters`], one per worker (in its `Remote`): written only by that worker's
@@ -17,7 +17,8 @@
 //! 2. A `SiteCounts` key, once published (Release), never changes; its count is written
 //!    only after the key by the same thread.
 //!
-//! May call: nothing. Called by: `sched` (workers, runtime), `stack` (at merge), `metrics`.
+//! May call: nothing. Called by: the workers and the runtime, `stats.rs`, `profile.rs`, and
+//! `metrics` (reading, and re-exporting its public types).
 //!
 //! Why per-worker counters and not one shared atomic per figure: a `fetch_add` on a line that
 //! every worker writes costs a locked instruction and a cache-line transfer on each spawn,

@@ -13,7 +13,8 @@
 //! 1. A recommended size is a power of two in `MIN_STACK_SIZE..=MAX_STACK_SIZE`, above
 //!    [`MARGIN_NUM`]/[`MARGIN_DEN`] times the deepest sampled stack plus the guard page.
 //!
-//! May call: nothing. Called by: `metrics::stack_profile`, `sched` (applying a profile).
+//! May call: `stats.rs` (the sampled sites). Called by: `metrics::stack_profile`, the runtime
+//! (writing the profile at its drop), `stats.rs` (applying a profile at a build).
 //!
 //! # Why the recommendation uses the maximum, with a margin
 //! Overflowing a stack aborts the process, so a size from the 99th percentile would crash one
@@ -34,7 +35,14 @@ use std::panic::Location;
 use std::path::Path;
 
 use super::counters::{SiteKey, SiteSamples, SAMPLES};
-use crate::stack::{MAX_STACK_SIZE, MIN_STACK_SIZE};
+use crate::stack::{self, MAX_STACK_SIZE, MIN_STACK_SIZE};
+
+/// The stack profile of every spawn site so far (`weft::metrics::stack_profile`): finished
+/// tasks only, since a task's depth is measured when it returns.
+pub(crate) fn stack_profile() -> StackProfile {
+    let figures = super::stats::collect(true);
+    build(&figures.sites, stack::page_size() as u64)
+}
 
 /// The safety margin over the deepest sampled stack, as a fraction (module doc).
 pub(crate) const MARGIN_NUM: u64 = 3;
