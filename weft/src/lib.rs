@@ -34,8 +34,7 @@
 //! itself and the layers below it in this list, top first — every `crate::` path counts, and
 //! `tests/layering.rs` checks them all against the list, which is the one place the
 //! directions are written — so no import cycle spans two layers. Upward, the runtime reports
-//! to its observers through one narrow seam, `observe`: event hooks behind one flag, the
-//! counters its workers write, the capture of a parked task for a dump, backtraces.
+//! to its observers through one narrow seam, `observe`.
 //! ```text
 //!   debug       task dumps, SIGQUIT, traces, the debug endpoint      ┐ the observers: they
 //!   metrics     snapshot, stack profile                              ┘ read every layer
@@ -47,7 +46,7 @@
 //!   task        spawn, Builder, JoinHandle, task-locals, spawn_blocking, compute
 //!   chan        channels, select!
 //!   sched       Runtime, workers and queues, the task header and handle, parking, the reactor
-//!   observe     the seam: trace events, counters, dump captures, backtraces
+//!   observe     the seam to the observers: backtraces
 //!   park        the park protocol: ParkState, ParkReason
 //!   stack       slots, guards, reclaim, compaction, the image and cell arenas, overflow
 //!   loom        std's or loom's atomics and locks
@@ -98,6 +97,8 @@ pub(crate) mod join;
 pub mod metrics;
 #[cfg(not(loom))]
 pub mod net;
+#[cfg(not(loom))]
+pub(crate) mod observe;
 #[cfg(loom)]
 #[path = "stack/page_count.rs"]
 pub(crate) mod page_count;

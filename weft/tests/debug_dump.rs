@@ -649,3 +649,53 @@ fn a_task_parked_with_a_nearly_full_stack_is_dumped_without_walking_it() {
         drop(rt);
     });
 }
+
+/// A backtrace starts where the task waits and ends at its closure: weft's park, capture and
+/// switch frames are trimmed from the top, and the frames that run a task's closure from the
+/// bottom (observe/backtrace.rs invariant 1: the trimming names weft's module paths).
+#[test]
+fn a_backtrace_starts_where_the_task_waits_and_ends_at_its_closure() {
+    common::within(Duration::from_secs(60), || {
+        let rt = weft::Runtime::builder()
+            .workers(1)
+            .monitor_report(|_| {})
+            .build()
+            .unwrap();
+        let (tx, rx) = weft::chan::bounded::<()>(0);
+        let _ = rt.spawn(move || wait_chan_recv(rx));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let (dump, task) = loop {
+            let dump = weft::debug::dump();
+            let task = dump
+                .tasks
+                .iter()
+                .find(|t| t.reason == Some(ParkReason::ChanRecv))
+                .cloned();
+            if let Some(task) = task {
+                break (dump, task);
+            }
+            assert!(Instant::now() < deadline, "the receiver never parked");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let frames = &dump.backtrace_of(&task).expect("a backtrace").frames;
+        let text = dump.full();
+        // The receive's own frames, then the function that called it.
+        let first = &frames.first().expect("frames").function;
+        assert!(
+            first.starts_with("weft::chan::") || first.contains("wait_chan_recv"),
+            "the backtrace starts in weft's park path: {first}\n{text}"
+        );
+        assert!(
+            frames.iter().any(|f| f.function.contains("wait_chan_recv")),
+            "{text}"
+        );
+        assert!(
+            !frames
+                .iter()
+                .any(|f| f.function.contains("weft::sched::task::cell")
+                    || f.function.starts_with("corosensei::")),
+            "the backtrace goes below the task's closure:\n{text}"
+        );
+        drop(tx);
+    });
+}

@@ -423,8 +423,6 @@ fn src_dir() -> PathBuf {
 /// only shrinks.
 const KNOWN: &[(&str, &str)] = &[
     ("sched/blocking.rs", "debug"),
-    ("sched/monitor.rs", "debug"),
-    ("sched/monitor_sample.rs", "debug"),
     ("sched/runtime.rs", "debug"),
     ("sched/runtime.rs", "interpose"),
     ("sched/task/mod.rs", "debug"),

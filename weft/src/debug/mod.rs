@@ -45,13 +45,13 @@ mod signal;
 mod symbolize;
 pub(crate) mod trace;
 
+pub use crate::observe::backtrace::{Backtrace, Frame};
 pub(crate) use capture::{
     answer, answer_started, clock_now, record, Capture, DumpRequest, ParkSite, WorkerDumpBuilder,
 };
 pub use http::{serve, serve_with, DebugServer, EndpointLimits, MAX_REQUEST};
 pub(crate) use signal::action_from_env;
 pub use signal::{install_sigquit, SigquitAction};
-pub(crate) use symbolize::{release_symbolizer, report_backtrace};
 pub use trace::{is_tracing, trace, TraceSummary, MAX_EVENTS};
 
 use std::panic::Location;
@@ -137,26 +137,6 @@ pub struct TaskDump {
     pub backtrace: Option<usize>,
 }
 
-/// One frame of a [`Backtrace`].
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Frame {
-    /// The function, demangled without its hash; `??` when unknown.
-    pub function: String,
-    /// Source file and line, when the binary has debug info.
-    pub file: Option<String>,
-    /// The line in `file`.
-    pub line: Option<u32>,
-    /// The column in `file`.
-    pub column: Option<u32>,
-}
-
-/// A symbolized stack, innermost frame first, without weft's own capture frames.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct Backtrace {
-    /// The frames.
-    pub frames: Vec<Frame>,
-}
-
 /// A worker that did not answer in time (invariant 2), and what it was running.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -185,20 +165,6 @@ pub struct Dump {
     pub workers: Vec<usize>,
     /// How long capturing and symbolizing took.
     pub elapsed: Duration,
-}
-
-impl std::fmt::Display for Backtrace {
-    /// One frame a line, `    function` then `        at file:line:column`, as in a dump.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for frame in &self.frames {
-            writeln!(f, "    {}", frame.function)?;
-            if let Some(file) = &frame.file {
-                let (line, column) = (frame.line.unwrap_or(0), frame.column.unwrap_or(0));
-                writeln!(f, "        at {file}:{line}:{column}")?;
-            }
-        }
-        Ok(())
-    }
 }
 
 impl Dump {

@@ -9,36 +9,9 @@
 //! distinct stacks: the workers send addresses, interned, and this runs once per address.
 
 use std::collections::HashMap;
-use std::ffi::c_void;
 
 use super::{Backtrace, Dump, Frame, RawDump, StuckWorker, TaskDump, TaskState};
-
-/// Frames innermost first whose function starts with one of these are weft's capture and park
-/// machinery, not where the task waits: dropped from the top of a backtrace.
-const TOP_NOISE: &[&str] = &[
-    "backtrace::",
-    "weft::debug::capture::",
-    "weft::sched::worker::",
-    "weft::park::",
-    "weft::chan::park",
-    "weft::chan::select::park",
-    "core::ops::function::Fn",
-    "corosensei::",
-];
-
-/// The frame that runs a task's closure: it and everything below it are the runtime's.
-const TASK_ROOT: &str = "weft::task::cell::";
-
-/// Frames just above the task root that only call the closure (catch_unwind and its shims).
-const ROOT_NOISE: &[&str] = &[
-    "std::panicking::",
-    "std::panic::catch_unwind",
-    "core::panic::unwind_safe::",
-    "<core::panic::unwind_safe::",
-    "__rust_try",
-    "core::ops::function::FnOnce::call_once",
-    "std::panic::",
-];
+use crate::observe::backtrace::symbolize;
 
 pub(crate) fn build(raw: RawDump, caller: Option<u64>) -> Dump {
     let mut dump = Dump {
@@ -116,81 +89,4 @@ pub(crate) fn build(raw: RawDump, caller: Option<u64>) -> Dump {
         });
     }
     dump
-}
-
-/// Symbolizes the raw stack of a fatal report (stack overflow, stuck worker), innermost
-/// first, with the same trimming as a dump's. `ips` are return addresses except the first
-/// when `first_is_pc` (a faulting or interrupted instruction, not a call's return).
-pub(crate) fn report_backtrace(ips: &[usize], first_is_pc: bool) -> Backtrace {
-    let mut ips = ips.to_vec();
-    if first_is_pc {
-        if let Some(first) = ips.first_mut() {
-            // `resolve` looks up the byte before its argument.
-            *first += 1;
-        }
-    }
-    symbolize(&ips, &mut HashMap::new())
-}
-
-/// Gives back the memory symbolizing took: the symbolizer's caches of parsed debug info and
-/// mapped debug files, then the allocator's free pages (glibc keeps freed memory otherwise).
-pub(crate) fn release_symbolizer() {
-    backtrace::clear_symbol_cache();
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only returns free memory of the allocator's arenas to the kernel.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
-/// Symbolizes one raw stack and trims weft's frames from both ends.
-fn symbolize(ips: &[usize], symbols: &mut HashMap<usize, Vec<Frame>>) -> Backtrace {
-    let mut frames = Vec::new();
-    for &ip in ips {
-        let resolved = symbols.entry(ip).or_insert_with(|| resolve(ip));
-        frames.extend(resolved.iter().cloned());
-    }
-    let skip = frames
-        .iter()
-        .take_while(|f| TOP_NOISE.iter().any(|p| f.function.starts_with(p)))
-        .count();
-    frames.drain(..skip);
-    if let Some(root) = frames
-        .iter()
-        .position(|f| f.function.starts_with(TASK_ROOT))
-    {
-        frames.truncate(root);
-        while frames
-            .last()
-            .is_some_and(|f| ROOT_NOISE.iter().any(|p| f.function.starts_with(p)))
-        {
-            frames.pop();
-        }
-    }
-    Backtrace { frames }
-}
-
-/// The frames (inlined ones first) at a return address.
-fn resolve(ip: usize) -> Vec<Frame> {
-    let mut frames = Vec::new();
-    // `resolve` looks up the address before `ip` (the call), as a return address needs.
-    backtrace::resolve(ip as *mut c_void, |symbol| {
-        frames.push(Frame {
-            function: symbol
-                .name()
-                .map_or_else(|| "??".to_string(), |n| format!("{n:#}")),
-            file: symbol.filename().map(|p| p.display().to_string()),
-            line: symbol.lineno(),
-            column: symbol.colno(),
-        });
-    });
-    if frames.is_empty() {
-        frames.push(Frame {
-            function: format!("?? {ip:#x}"),
-            file: None,
-            line: None,
-            column: None,
-        });
-    }
-    frames
 }

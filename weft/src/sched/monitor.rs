@@ -127,7 +127,7 @@ pub struct MonitorReport {
     /// Where the task is, for a computing one: the interrupted function first, then callers
     /// found by scanning its stack for return addresses (best effort: a stale return address
     /// of a dead frame can show up among them). `None` when no sample was taken.
-    pub backtrace: Option<crate::debug::Backtrace>,
+    pub backtrace: Option<crate::observe::backtrace::Backtrace>,
 }
 
 impl std::fmt::Display for MonitorReport {

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
-use crate::debug::Backtrace;
+use crate::observe::backtrace::{self, Backtrace};
 
 /// The real-time signal the monitor sends a stuck worker (glibc keeps the first few below
 /// `SIGRTMIN` for itself).
@@ -183,12 +183,12 @@ pub(crate) fn sample(tid: i32) -> Option<Vec<usize>> {
 /// Names the frames of a [`sample`]: the first time in a process, seconds of CPU and tens of
 /// megabytes, parsing the binary's debug info.
 pub(crate) fn symbolize(ips: &[usize]) -> Backtrace {
-    let backtrace = crate::debug::report_backtrace(ips, true);
+    let backtrace = backtrace::report_backtrace(ips, true);
     // A running program keeps nothing of it: the symbolizer's caches hold the parsed debug
     // info (≈40 MB for weft's own release binaries with debuginfo, measured as the echo
     // server's RSS after one report), which a process that only wanted one warning should
     // not carry for the rest of its life.
-    crate::debug::release_symbolizer();
+    backtrace::release_symbolizer();
     backtrace
 }
 

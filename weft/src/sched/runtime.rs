@@ -34,6 +34,7 @@ use super::stats::SiteClasses;
 use super::task::join::JoinHandle;
 use super::task::Task;
 use super::worker::{self, Worker};
+use crate::observe::backtrace::report_backtrace;
 use crate::stack::{self, SizeClass};
 
 /// State shared by all workers of one runtime.
@@ -440,7 +441,7 @@ impl RuntimeBuilder {
             Some(path) => SiteClasses::load(path)?,
             None => None,
         };
-        stack::install_handler(|ips| crate::debug::report_backtrace(ips, true).to_string());
+        stack::install_handler(|ips| report_backtrace(ips, true).to_string());
         stack::calibrate(super::task::Suspend::Park(crate::park::ParkReason::Park));
         crate::debug::install_sigquit(crate::debug::action_from_env(self.sigquit)?)?;
 
@@ -770,7 +771,7 @@ impl Handle {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        match super::task::spawn(Some(self), None, None, std::panic::Location::caller(), f) {
+        match super::task::spawn(Some(self), None, None, Location::caller(), f) {
             Ok(handle) => handle,
             Err(e) => panic!("weft: failed to spawn task: {e}"),
         }
