@@ -425,7 +425,6 @@ const KNOWN: &[(&str, &str)] = &[
     ("sched/blocking.rs", "debug"),
     ("sched/runtime.rs", "debug"),
     ("sched/runtime.rs", "interpose"),
-    ("sched/task/mod.rs", "debug"),
     ("sched/worker.rs", "debug"),
 ];
 

@@ -38,7 +38,6 @@
 //! switched out there anyway; Go's `goroutineProfileWithLabels` stops the world and walks
 //! every goroutine, which weft's per-worker ownership makes unnecessary.
 
-mod capture;
 mod http;
 mod render;
 mod signal;
@@ -46,9 +45,6 @@ mod symbolize;
 pub(crate) mod trace;
 
 pub use crate::observe::backtrace::{Backtrace, Frame};
-pub(crate) use capture::{
-    answer, answer_started, clock_now, record, Capture, DumpRequest, ParkSite, WorkerDumpBuilder,
-};
 pub use http::{serve, serve_with, DebugServer, EndpointLimits, MAX_REQUEST};
 pub(crate) use signal::action_from_env;
 pub use signal::{install_sigquit, SigquitAction};
@@ -58,9 +54,9 @@ use std::panic::Location;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use crate::observe::capture::{DumpRequest, WorkerDump};
 pub use crate::park::ParkReason;
 use crate::sched::Shared;
-use capture::{Answer, WorkerDump};
 
 /// How long a dump waits for a worker to take its request before reporting it as stuck in
 /// its running task (invariant 2). A worker takes it within a few task runs.
@@ -240,6 +236,34 @@ pub(crate) struct RunningTask {
     site: &'static Location<'static>,
 }
 
+/// A message from a worker to a dump's requester.
+enum Answer {
+    /// The worker took the request (it is not stuck in a task).
+    Started { slot: usize },
+    /// Its tasks.
+    Done { slot: usize, dump: Arc<WorkerDump> },
+}
+
+/// The request a dump queues on one worker (observe/capture.rs): `slot` says which.
+struct Request {
+    slot: usize,
+    answer: crate::chan::Sender<Answer>,
+}
+
+impl DumpRequest for Request {
+    fn started(&self) {
+        // An unbounded send never parks; a requester that gave up dropped its receiver.
+        let _ = self.answer.send(Answer::Started { slot: self.slot });
+    }
+
+    fn answer(self: Box<Self>, dump: Arc<WorkerDump>) {
+        let _ = self.answer.send(Answer::Done {
+            slot: self.slot,
+            dump,
+        });
+    }
+}
+
 fn collect(answer_timeout: Duration) -> RawDump {
     let runtimes = live_runtimes();
     let (tx, rx) = crate::chan::unbounded::<Answer>();
@@ -250,10 +274,10 @@ fn collect(answer_timeout: Duration) -> RawDump {
         workers.push(shared.remotes.len());
         injected += shared.injector.len();
         for remote in &shared.remotes {
-            remote.request_dump(DumpRequest {
+            remote.request_dump(Box::new(Request {
                 slot: slots.len(),
                 answer: tx.clone(),
-            });
+            }));
             slots.push((r, remote.clone()));
         }
     }

@@ -25,7 +25,7 @@ use std::ffi::c_void;
 /// machinery, not where the task waits: dropped from the top of a backtrace.
 const TOP_NOISE: &[&str] = &[
     "backtrace::",
-    "weft::debug::capture::",
+    "weft::observe::capture::",
     "weft::sched::worker::",
     "weft::sched::park::",
     "weft::chan::park",

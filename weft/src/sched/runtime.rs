@@ -35,6 +35,7 @@ use super::task::join::JoinHandle;
 use super::task::Task;
 use super::worker::{self, Worker};
 use crate::observe::backtrace::report_backtrace;
+use crate::observe::capture::DumpRequest;
 use crate::stack::{self, SizeClass};
 
 /// State shared by all workers of one runtime.
@@ -104,7 +105,7 @@ pub(crate) struct Remote {
     /// Task-dump requests waiting for this worker to answer them between tasks (worker.rs,
     /// "Capturing a parked task"); `dump_pending` says the list is not empty, so the worker
     /// looks at the lock only when there is something.
-    pub(crate) dump_requests: Mutex<Vec<crate::debug::DumpRequest>>,
+    pub(crate) dump_requests: Mutex<Vec<Box<dyn DumpRequest>>>,
     pub(crate) dump_pending: AtomicBool,
     /// Steals and busy time, for the debug endpoint (activity.rs).
     pub(crate) activity: super::activity::WorkerActivity,
@@ -181,7 +182,7 @@ impl Remote {
 
     /// Queues a dump request and wakes the worker as a wake does (idle.rs steps 1–2): it
     /// answers at its next look at its inbox.
-    pub(crate) fn request_dump(&self, request: crate::debug::DumpRequest) {
+    pub(crate) fn request_dump(&self, request: Box<dyn DumpRequest>) {
         self.dump_requests
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -206,7 +207,7 @@ impl Remote {
 
     /// Takes the waiting dump requests. The flag is cleared under the lock, so a request
     /// queued after this re-sets it.
-    pub(crate) fn take_dump_requests(&self) -> Vec<crate::debug::DumpRequest> {
+    pub(crate) fn take_dump_requests(&self) -> Vec<Box<dyn DumpRequest>> {
         let mut requests = self.dump_requests.lock().unwrap_or_else(|e| e.into_inner());
         self.dump_pending.store(false, Ordering::Relaxed);
         std::mem::take(&mut *requests)

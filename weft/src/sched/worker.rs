@@ -28,7 +28,7 @@
 //! 2. The task is inside `suspend` (a park or a yield): it sees the capture, records its
 //!    instruction pointers, stack pointer and — for a park — the `ParkReason` (a constant of
 //!    the park site, passed to this cold path only) and the park time its parking frame holds
-//!    (`debug::record`), and suspends again with the same `Suspend`.
+//!    (observe/capture.rs `record`), and suspends again with the same `Suspend`.
 //!    It does not return from `suspend`, so `ParkState::resumed`, the cancellation check and
 //!    the caller's re-check never run: the wake is invisible to it.
 //! 3. The worker does not call `publish_parked` after a capture: the park state was never
@@ -56,7 +56,8 @@ use super::counters;
 use super::runtime::{Handle, Remote, Shared};
 use super::stats::{site_key, PrefillDepths, Sampler};
 use super::task::{interrupt, locals, Cancelled, Header, RunState, Suspend, Task, TaskCoroutine};
-use crate::debug::{trace, ParkSite};
+use crate::debug::trace;
+use crate::observe::capture::{self, clock_now, ParkSite};
 use crate::park::ParkReason;
 use crate::stack::{self, LocalSlots, SizeClass, Slot};
 
@@ -172,7 +173,7 @@ fn answer_captures(header: &Header, reason: Suspend, site: Option<(ParkReason, &
     // SAFETY: as in `suspend`: the running task's yielder, at the root of this stack.
     let yielder = unsafe { &*header.yielder.get() };
     while let Some(capture) = header.capture.get() {
-        crate::debug::record(capture, site);
+        capture::record(capture, site);
         // Through `switch_out`, so that the stack pointer the stack layer keeps is this
         // deeper one: what lies below the first switch's is live now (stack/compact.rs
         // invariant 1).
@@ -802,7 +803,7 @@ pub(crate) struct Worker {
     spawns_this_resume: Cell<u32>,
     /// `remote.running_name` holds a name (see there).
     named_running: Cell<bool>,
-    /// A coarse clock for the park time a dump shows (a `debug::clock_now` word): refreshed after each sleep and every
+    /// A coarse clock for the park time a dump shows (a `capture::clock_now` word): refreshed after each sleep and every
     /// `INJECTOR_INTERVAL` picks, so a park costs a load instead of a clock read (≈25–40 ns in
     /// this VM, a fifth of a ping-pong round trip). A park's time may read early by up to
     /// that many task runs.
@@ -842,7 +843,7 @@ impl Worker {
             spin_misses: Cell::new(0),
             spawns_this_resume: Cell::new(0),
             named_running: Cell::new(false),
-            clock: Cell::new(crate::debug::clock_now()),
+            clock: Cell::new(clock_now()),
             tracing: Cell::new(trace::on()),
             sampler: Sampler::default(),
         }
@@ -959,7 +960,7 @@ impl Worker {
     #[inline(never)]
     fn next_task_from_queues(&self, tick: u32) -> Option<Task> {
         if tick % INJECTOR_INTERVAL == 0 {
-            self.clock.set(crate::debug::clock_now());
+            self.clock.set(clock_now());
             self.tracing.set(trace::on());
             self.fire_timers();
             self.poll_io();
@@ -1348,7 +1349,7 @@ impl Worker {
             }
         }
         self.remote.flags.end_sleep();
-        self.clock.set(crate::debug::clock_now());
+        self.clock.set(clock_now());
         self.tracing.set(trace::on());
         // monitor.rs "Idle" step 2.
         self.shared.monitor_rest.worker_awake();
@@ -1470,10 +1471,10 @@ impl Worker {
         if requests.is_empty() {
             return;
         }
-        crate::debug::answer_started(&requests, self.index);
+        capture::answer_started(&requests);
         let unstarted = self.new_tasks.len() + self.remote.placed_len.load(Ordering::Relaxed);
-        let mut builder = crate::debug::WorkerDumpBuilder::new(unstarted);
-        let mut capture = Box::new(crate::debug::Capture::new());
+        let mut builder = capture::WorkerDumpBuilder::new(unstarted);
+        let mut capture = Box::new(capture::Capture::new());
         let live = self.live.borrow();
         for (index, task) in live.iter() {
             let header = task.header();
@@ -1512,7 +1513,7 @@ impl Worker {
             builder.push(header, parked, &capture);
         }
         drop(live);
-        crate::debug::answer(requests, builder.finish());
+        capture::answer(requests, builder.finish());
     }
 
     /// Turns a never-started task into a coroutine on this worker, on a slot from this

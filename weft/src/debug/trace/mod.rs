@@ -68,7 +68,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use super::clock_now;
+use crate::observe::capture::clock_now;
 use crate::park::ParkReason;
 use crate::sched::Header;
 

@@ -60,6 +60,8 @@ use corosensei::{Coroutine, Yielder};
 
 use super::park::Waiter;
 use super::runtime::{Handle, Remote};
+use crate::observe::capture::Capture;
+use crate::observe::TaskView;
 use crate::park::state::{ParkState, Unpark};
 use crate::park::ParkReason;
 use crate::stack::{self, SizeClass, Slot};
@@ -226,7 +228,7 @@ pub(crate) struct Header {
     pub(crate) locals: Cell<*mut TaskLocals>,
     /// Set by the task's worker around a resume that asks the task to record where it waits
     /// instead of running (sched/worker.rs, "Capturing a parked task").
-    pub(crate) capture: Cell<Option<NonNull<crate::debug::Capture>>>,
+    pub(crate) capture: Cell<Option<NonNull<Capture>>>,
     /// The task was unwinding when it last parked (sched/worker.rs, "Parking while
     /// panicking").
     pub(crate) unwinding: Cell<bool>,
@@ -317,6 +319,21 @@ impl stack::DescribeTask for Header {
             self.spawn_site.line(),
             self.spawn_site.column()
         )
+    }
+}
+
+/// A task as the observers' reports name it (observe/mod.rs).
+impl TaskView for Header {
+    fn id(&self) -> u64 {
+        self.id.as_u64()
+    }
+
+    fn name(&self) -> Option<&Arc<str>> {
+        self.name.as_ref()
+    }
+
+    fn spawn_site(&self) -> &'static Location<'static> {
+        self.spawn_site
     }
 }
 

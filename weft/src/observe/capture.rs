@@ -2,8 +2,8 @@
 //! worker resumes it with its `Header::capture` set, and the worker's answer.
 //!
 //! Owns: [`Capture`] (one per answering worker, written by each captured task in turn, on the
-//! worker's thread), [`WorkerDump`] (the answer, sent to the requester), and the request and
-//! answer messages.
+//! worker's thread), [`WorkerDump`] (the answer, handed to each requester), and the
+//! [`DumpRequest`] interface a requester implements.
 //!
 //! Invariants:
 //! 1. A capture is written only by the task the worker resumed with it, between that resume
@@ -21,8 +21,8 @@
 //!    frame's return address is the word below its canonical frame address. A stack whose
 //!    words do not all check out when it is first unwound is not remembered.
 //!
-//! May call: `backtrace` (unwinding only). Called by: sched/worker.rs (`suspend`,
-//! `answer_dump`), `debug` (collecting the answers).
+//! May call: `backtrace` (unwinding only), a request's own `started` and `answer`. Called by:
+//! sched/worker.rs (`suspend`, `answer_dump`), `debug` (making requests, reading answers).
 //!
 //! Why resume the task rather than unwind its saved context from outside: corosensei keeps a
 //! suspended coroutine's stack pointer private, and an unwinder started from a saved register
@@ -35,8 +35,8 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::TaskView;
 use crate::park::ParkReason;
-use crate::sched::Header;
 
 /// The most frames kept of one task's stack (the innermost ones).
 pub(crate) const MAX_FRAMES: usize = 48;
@@ -290,7 +290,7 @@ impl WorkerDumpBuilder {
     }
 
     /// Adds a task the worker just captured; `parked` is its park-state snapshot.
-    pub(crate) fn push(&mut self, header: &Header, parked: bool, capture: &Capture) {
+    pub(crate) fn push(&mut self, task: &dyn TaskView, parked: bool, capture: &Capture) {
         let stack = if capture.no_room {
             None
         } else {
@@ -307,12 +307,12 @@ impl WorkerDumpBuilder {
             })
         };
         self.dump.tasks.push(RawTask {
-            id: header.id.as_u64(),
-            name: header.name.clone(),
+            id: task.id(),
+            name: task.name().cloned(),
             parked,
             reason: capture.reason,
             since: capture.since,
-            spawn_site: header.spawn_site,
+            spawn_site: task.spawn_site(),
             in_use: capture.in_use,
             stack,
         });
@@ -323,35 +323,27 @@ impl WorkerDumpBuilder {
     }
 }
 
-/// A message from a worker to a dump's requester.
-pub(crate) enum Answer {
-    /// The worker took the request (it is not stuck in a task).
-    Started { slot: usize },
-    /// Its tasks.
-    Done { slot: usize, dump: Arc<WorkerDump> },
-}
-
-/// A dump request queued on one worker (`Remote::request_dump`).
-pub(crate) struct DumpRequest {
-    pub(crate) slot: usize,
-    pub(crate) answer: crate::chan::Sender<Answer>,
+/// A dump request queued on one worker (`Remote::request_dump`): made by `debug`, answered by
+/// the worker between two of its tasks (sched/worker.rs, "Capturing a parked task").
+pub(crate) trait DumpRequest: Send {
+    /// The worker took the request: it is not stuck in a task. Must not block.
+    fn started(&self);
+    /// The worker's tasks: one capture answers every request the worker took at once. Must
+    /// not block.
+    fn answer(self: Box<Self>, dump: Arc<WorkerDump>);
 }
 
 /// The worker, on taking `requests`: tells each requester it is answering.
-pub(crate) fn answer_started(requests: &[DumpRequest], _worker: usize) {
+pub(crate) fn answer_started(requests: &[Box<dyn DumpRequest>]) {
     for request in requests {
-        // An unbounded send never parks; a requester that gave up dropped its receiver.
-        let _ = request.answer.send(Answer::Started { slot: request.slot });
+        request.started();
     }
 }
 
 /// The worker, done: sends its tasks to every requester.
-pub(crate) fn answer(requests: Vec<DumpRequest>, dump: WorkerDump) {
+pub(crate) fn answer(requests: Vec<Box<dyn DumpRequest>>, dump: WorkerDump) {
     let dump = Arc::new(dump);
     for request in requests {
-        let _ = request.answer.send(Answer::Done {
-            slot: request.slot,
-            dump: dump.clone(),
-        });
+        request.answer(dump.clone());
     }
 }
