@@ -46,7 +46,7 @@
 //!   task        spawn, Builder, JoinHandle, task-locals, spawn_blocking, compute
 //!   chan        channels, select!
 //!   sched       Runtime, workers and queues, the task header and handle, parking, the reactor
-//!   observe     the seam to the observers: backtraces, dump captures
+//!   observe     the seam to the observers: trace events, dump captures, backtraces
 //!   park        the park protocol: ParkState, ParkReason
 //!   stack       slots, guards, reclaim, compaction, the image and cell arenas, overflow
 //!   loom        std's or loom's atomics and locks

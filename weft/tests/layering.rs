@@ -422,10 +422,8 @@ fn src_dir() -> PathBuf {
 /// out of the way (issue 29), and one that no longer occurs must leave this list too, so it
 /// only shrinks.
 const KNOWN: &[(&str, &str)] = &[
-    ("sched/blocking.rs", "debug"),
     ("sched/runtime.rs", "debug"),
     ("sched/runtime.rs", "interpose"),
-    ("sched/worker.rs", "debug"),
 ];
 
 #[test]

@@ -25,6 +25,7 @@
 
 pub(crate) mod backtrace;
 pub(crate) mod capture;
+pub(crate) mod trace;
 
 use std::panic::Location;
 use std::sync::Arc;

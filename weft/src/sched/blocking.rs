@@ -13,7 +13,9 @@
 //!    a caller that submits again at once finds the thread free (it used to see the limit
 //!    reached now and then, with its own job's thread still counted busy).
 //!
-//! May call: `park`, `debug::trace` (hand-offs and calls, when a trace records). Called by: `task::spawn_blocking`, `net::resolve`, `sched/runtime.rs`.
+//! May call: `park.rs`, the seam's trace events (observe/trace.rs: hand-offs and calls,
+//! when a trace records). Called by: `task::spawn_blocking`, `net::resolve`,
+//! `sched/runtime.rs`.
 //!
 //! Why per-runtime threads that come and go, not a fixed set: like Go (a blocked M is replaced
 //! by a new one) the number of calls in flight is what needs the threads; an idle pool costs
@@ -27,7 +29,7 @@ use std::thread;
 use std::time::Duration;
 
 use super::park::{self, Waiter};
-use crate::debug::trace;
+use crate::observe::trace;
 use crate::park::ParkReason;
 
 /// How long an idle pool thread waits for a job before it exits.

@@ -56,8 +56,8 @@ use super::counters;
 use super::runtime::{Handle, Remote, Shared};
 use super::stats::{site_key, PrefillDepths, Sampler};
 use super::task::{interrupt, locals, Cancelled, Header, RunState, Suspend, Task, TaskCoroutine};
-use crate::debug::trace;
 use crate::observe::capture::{self, clock_now, ParkSite};
+use crate::observe::trace;
 use crate::park::ParkReason;
 use crate::stack::{self, LocalSlots, SizeClass, Slot};
 
@@ -808,8 +808,8 @@ pub(crate) struct Worker {
     /// this VM, a fifth of a ping-pong round trip). A park's time may read early by up to
     /// that many task runs.
     clock: Cell<u64>,
-    /// `debug::trace::on()`, refreshed with `clock`: what this worker's event sites test
-    /// (debug/trace/mod.rs invariant 1). A field of the worker the site holds anyway, where the
+    /// `observe::trace::on()`, refreshed with `clock`: what this worker's event sites test
+    /// (observe/trace.rs invariant 1). A field of the worker the site holds anyway, where the
     /// global flag is a load through the GOT from another codegen unit (two instructions
     /// more at each of the four sites of a ping-pong round trip). A trace starts on a
     /// worker within `INJECTOR_INTERVAL` picks or at its next wake.
@@ -1365,7 +1365,7 @@ impl Worker {
 
     /// Resumes `task` until it yields, parks or returns (sched/task/mod.rs invariant 1).
     ///
-    /// debug/trace/mod.rs invariant 1: off, this one test of a worker field is all a trace
+    /// observe/trace.rs invariant 1: off, this one test of a worker field is all a trace
     /// costs here. The traced run is a copy of its own, so that the untraced one carries
     /// nothing across the resume (a branch around the resume alone cost ≈9 instructions per
     /// run: the result went through memory to merge the two paths).

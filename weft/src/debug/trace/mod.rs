@@ -3,24 +3,26 @@
 //! writes it as Chrome trace-event JSON, which <https://ui.perfetto.dev> and
 //! `chrome://tracing` open: one track per thread, run slices named by task.
 //!
-//! Owns: the on/off flag [`ON`], the one recording session (`SESSION`), and one event log per
-//! thread that recorded something in it (`LOCAL`, registered in the session at its first
+//! Owns: the one recording session (`SESSION`), the recorder the scheduler's events reach
+//! (`RECORDER`, installed in the seam, observe/trace.rs), and one event log per thread that
+//! recorded something in the session (`LOCAL`, registered in the session at its first
 //! event). A log's events are written by its own thread only; the session's owner reads them
 //! once recording has stopped.
 //!
 //! Invariants:
 //! 1. Off, an event site costs one load of a flag and a branch not taken: everything else is
-//!    behind it, in `#[cold]` functions here. No allocation, lock or thread-local access
-//!    happens while off. On a worker the flag is the worker's copy of [`ON`] (`Worker::tracing`,
-//!    refreshed with its coarse clock every 61 picks and at each wake: a byte of a struct the
-//!    site holds in a register, where [`ON`] is a load through the GOT from the scheduler's
-//!    codegen unit); elsewhere (plain threads, the blocking pool) it is [`ON`] itself. The run
+//!    behind it, in `#[cold]` functions of the seam that reach the recorder here (observe/
+//!    trace.rs invariant 1). No allocation, lock or thread-local access happens while off. On
+//!    a worker the flag is the worker's copy of the seam's `ON` (`Worker::tracing`, refreshed
+//!    with its coarse clock every 61 picks and at each wake: a byte of a struct the site
+//!    holds in a register, where `ON` is a load through the GOT from the scheduler's codegen
+//!    unit); elsewhere (plain threads, the blocking pool) it is `ON` itself. The run
 //!    slice's test sits before the whole run (sched/worker.rs `run_task`), so nothing is kept
 //!    across the resume for it. The park reason a run slice shows costs nothing either: it
 //!    travels in the `Suspend` value a park switches out with (a constant of the park site).
 //! 2. A thread appends only to its own log, under the log's mutex, which nobody else takes
 //!    until recording has stopped: uncontended while it records. An event recorded after the
-//!    owner took a log (a thread that saw [`ON`] just before it went off) stays unread.
+//!    owner took a log (a thread that saw `ON` just before it went off) stays unread.
 //! 3. A session holds at most [`MAX_EVENTS`] events: logs reserve them from a shared budget
 //!    [`CHUNK`] at a time, so the budget is touched once per chunk, not per event. An event
 //!    beyond it is counted as dropped (the output's `otherData.dropped_events`); recording
@@ -41,8 +43,10 @@
 //! The file itself is written by `json.rs`.
 //!
 //! May call: `sched` (which worker this thread is, the running task), `time::sleep`,
-//! `task::try_spawn_blocking`. Called by: sched/worker.rs (runs, spawns, wakes, steals),
-//! sched/blocking.rs (hand-offs and pool jobs), users, the debug endpoint (`/debug/trace`).
+//! `task::try_spawn_blocking`, the seam (installing its recorder, turning events on and off).
+//! Called by: the scheduler's event sites through the seam (observe/trace.rs: runs, spawns,
+//! wakes, steals, blocking-pool hand-offs and calls), users, the debug endpoint
+//! (`/debug/trace`).
 //!
 //! Why per-thread logs behind a mutex, not per-worker buffers or a shared ring: wakes and
 //! spawns also come from plain threads and the blocking pool, which have no worker struct; a
@@ -64,13 +68,14 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::io::{self, BufWriter, Write};
 use std::panic::Location;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use crate::observe::capture::clock_now;
+use crate::observe::trace::{self as observe, Ended};
+use crate::observe::TaskView;
 use crate::park::ParkReason;
-use crate::sched::Header;
 
 mod json;
 
@@ -81,9 +86,10 @@ pub const MAX_EVENTS: usize = 4 << 20;
 /// Events a log reserves from the session's budget at a time (invariant 3).
 const CHUNK: usize = 8192;
 
-/// Whether a session records now (invariant 1). Set after the session is in `SESSION`, cleared
-/// before its logs are read.
-static ON: AtomicBool = AtomicBool::new(false);
+/// What the seam's events reach (observe/trace.rs `Sink`): installed at the first session,
+/// and the events are turned on after the session is in `SESSION`, off before its logs are
+/// read.
+static RECORDER: Recorder = Recorder;
 
 /// The recording session, while there is one (invariant 4).
 static SESSION: Mutex<Option<Session>> = Mutex::new(None);
@@ -154,28 +160,12 @@ impl Timebase {
     }
 }
 
-/// Whether a trace records now: the one load an event site makes (invariant 1).
-#[inline(always)]
-pub(crate) fn on() -> bool {
-    ON.load(Ordering::Relaxed)
-}
-
 /// Whether a [`trace`] is recording now.
 pub fn is_tracing() -> bool {
-    on()
+    observe::on()
 }
 
-/// How a run slice ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Ended {
-    /// The task yielded (`yield_now`, or out of its budget).
-    Yield,
-    /// The task parked for this reason.
-    Park(ParkReason),
-    /// The task returned.
-    Return,
-}
-
+/// The trace's encoding of how a run slice ended (`Event::detail`).
 impl Ended {
     fn code(self) -> u8 {
         match self {
@@ -303,11 +293,10 @@ impl LogInner {
         }
     }
 
-    fn note_task(&mut self, header: &Header) {
-        let id = header.id.as_u64();
-        self.tasks.entry(id).or_insert_with(|| TaskInfo {
-            name: header.name.clone(),
-            site: header.spawn_site,
+    fn note_task(&mut self, task: &dyn TaskView) {
+        self.tasks.entry(task.id()).or_insert_with(|| TaskInfo {
+            name: task.name().cloned(),
+            site: task.spawn_site(),
         });
     }
 }
@@ -326,10 +315,11 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Runs `f` on this thread's log of the current session, registering one at the thread's
 /// first event in it; does nothing when recording has stopped or the thread is exiting.
 fn with_log(f: impl FnOnce(&mut LogInner)) {
-    if !on() {
+    if !observe::on() {
         return;
     }
-    // Acquire: pairs with the Release store of `ON` in `Recording::start`, so that the id
+    // Acquire: pairs with the Release store of `ON` (observe/trace.rs `start`, called by
+    // `Recording::start`), so that the id
     // read next is the session's that turned it on (or a later one's).
     std::sync::atomic::fence(Ordering::Acquire);
     let session = SESSION_ID.load(Ordering::Relaxed);
@@ -404,91 +394,67 @@ fn current_task_id() -> u64 {
     })
 }
 
-/// The start of a run slice: the time.
-pub(crate) fn run_started() -> u64 {
-    ticks()
-}
+/// The recorder of the scheduler's events (observe/trace.rs): each appends to this thread's
+/// log (invariant 2).
+struct Recorder;
 
-/// The end of a run slice that began at `started` (a [`run_started`]).
-pub(crate) fn run_ended(header: &Header, started: u64, ended: Ended) {
-    let end = ticks();
-    with_log(|log| {
-        log.note_task(header);
-        log.push(Event {
-            at: started,
-            end,
-            task: header.id.as_u64(),
-            other: 0,
-            kind: Kind::Run,
-            detail: ended.code(),
+impl observe::Sink for Recorder {
+    fn ticks(&self) -> u64 {
+        ticks()
+    }
+
+    fn run_ended(&self, task: &dyn TaskView, started: u64, ended: Ended) {
+        let end = ticks();
+        with_log(|log| {
+            log.note_task(task);
+            log.push(Event {
+                at: started,
+                end,
+                task: task.id(),
+                other: 0,
+                kind: Kind::Run,
+                detail: ended.code(),
+            });
         });
-    });
+    }
+
+    fn spawned(&self, task: &dyn TaskView) {
+        instant(Kind::Spawn, task.id(), current_task_id(), Some(task));
+    }
+
+    fn woke(&self, task: &dyn TaskView) {
+        instant(Kind::Wake, task.id(), current_task_id(), None);
+    }
+
+    fn stole(&self, task: &dyn TaskView, from: Option<usize>) {
+        let from = from.map_or(FROM_INJECTOR, |w| w as u64);
+        instant(Kind::Steal, task.id(), from, Some(task));
+    }
+
+    fn handed_off(&self) {
+        instant(Kind::HandOff, current_task_id(), 0, None);
+    }
+
+    fn blocking_call_ended(&self, task: u64, started: u64) {
+        let end = ticks();
+        with_log(|log| {
+            log.push(Event {
+                at: started,
+                end,
+                task,
+                other: 0,
+                kind: Kind::BlockingCall,
+                detail: 0,
+            })
+        });
+    }
 }
 
-/// `header`'s task is being spawned by the caller.
-#[cold]
-#[inline(never)]
-pub(crate) fn spawned(header: &Header) {
-    instant(
-        Kind::Spawn,
-        header.id.as_u64(),
-        current_task_id(),
-        Some(header),
-    );
-}
-
-/// `header`'s task is being woken by the caller.
-#[cold]
-#[inline(never)]
-pub(crate) fn woke(header: &Header) {
-    instant(Kind::Wake, header.id.as_u64(), current_task_id(), None);
-}
-
-/// This worker stole `header`'s never-started task from worker `from` (`None`: from the
-/// injector).
-#[cold]
-#[inline(never)]
-pub(crate) fn stole(header: &Header, from: Option<usize>) {
-    let from = from.map_or(FROM_INJECTOR, |w| w as u64);
-    instant(Kind::Steal, header.id.as_u64(), from, Some(header));
-}
-
-/// The running task hands a call to the blocking pool.
-#[cold]
-#[inline(never)]
-pub(crate) fn handed_off() {
-    instant(Kind::HandOff, current_task_id(), 0, None);
-}
-
-/// The time a blocking-pool call starts, never 0 (as [`run_started`]).
-#[cold]
-#[inline(never)]
-pub(crate) fn blocking_call_started() -> u64 {
-    ticks().max(1)
-}
-
-/// A blocking-pool call of task `task` (0: not a task's) ran from `started`.
-#[cold]
-#[inline(never)]
-pub(crate) fn blocking_call_ended(task: u64, started: u64) {
-    let end = ticks();
-    with_log(|log| {
-        log.push(Event {
-            at: started,
-            end,
-            task,
-            other: 0,
-            kind: Kind::BlockingCall,
-            detail: 0,
-        })
-    });
-}
-
-fn instant(kind: Kind, task: u64, other: u64, header: Option<&Header>) {
+fn instant(kind: Kind, task: u64, other: u64, named: Option<&dyn TaskView>) {
     let at = ticks();
     with_log(|log| {
-        if let Some(header) = header {
-            log.note_task(header);
+        if let Some(named) = named {
+            log.note_task(named);
         }
         log.push(Event {
             at,
@@ -549,14 +515,14 @@ impl Recording {
         drop(session);
         // Release: pairs with the Acquire fence in `with_log`, which then reads this
         // session's id; the session itself is read under `SESSION`'s mutex (`register`).
-        ON.store(true, Ordering::Release);
+        observe::start(&RECORDER);
         Ok(Recording { id, stopped: false })
     }
 
     /// Stops recording and takes what every thread recorded.
     fn stop(mut self) -> Recorded {
         self.stopped = true;
-        ON.store(false, Ordering::Relaxed);
+        observe::stop();
         let end = (clock_now(), ticks());
         let session = lock(&SESSION)
             .take()
@@ -579,7 +545,7 @@ impl Recording {
 impl Drop for Recording {
     fn drop(&mut self) {
         if !self.stopped {
-            ON.store(false, Ordering::Relaxed);
+            observe::stop();
             let mut session = lock(&SESSION);
             if session.as_ref().is_some_and(|s| s.id == self.id) {
                 *session = None;

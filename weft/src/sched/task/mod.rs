@@ -166,7 +166,7 @@ pub(crate) enum Suspend {
     Yield,
     /// `park`: it waits for an `unpark`, for this reason. The reason is a constant of the
     /// park site, so carrying it costs the switch nothing; a trace shows it as how the run
-    /// ended (debug/trace/mod.rs invariant 1).
+    /// ended (observe/trace.rs `Ended`).
     Park(ParkReason),
 }
 
