@@ -130,6 +130,21 @@ pub use sched::{EnterGuard, Handle, Runtime, RuntimeBuilder, DEFAULT_TIMER_SLACK
 #[cfg(not(loom))]
 pub use task::{spawn, yield_now, JoinHandle};
 
+/// The observers a runtime's build sets off (observe/mod.rs `Observers`, invariant 2): the
+/// crate root alone names both the runtime's seam and the layers above it.
+#[cfg(not(loom))]
+#[export_name = "__weft_0_1_observers"]
+fn observers() -> &'static observe::Observers {
+    static OBSERVERS: observe::Observers = observe::Observers {
+        install_sigquit: debug::install_sigquit,
+        #[cfg(feature = "interpose")]
+        init_interpose: interpose::init,
+        #[cfg(not(feature = "interpose"))]
+        init_interpose: || {},
+    };
+    &OBSERVERS
+}
+
 /// Runs `f` as a task on a new runtime with the default settings, waits for it, and shuts the
 /// runtime down: `weft::run(|| { ... })` is the whole `main` of a weft program.
 ///

@@ -418,32 +418,15 @@ fn src_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
-/// Imports that break the list today, by file and the layer they name: each is being moved
-/// out of the way (issue 29), and one that no longer occurs must leave this list too, so it
-/// only shrinks.
-const KNOWN: &[(&str, &str)] = &[
-    ("sched/runtime.rs", "debug"),
-    ("sched/runtime.rs", "interpose"),
-];
-
 #[test]
 fn every_crate_path_names_its_own_layer_or_one_below() {
     let own = read_tree(&src_dir());
     let layers = Layers::from_crate_doc(&own["lib.rs"]);
-    let (checked, known) = match std::env::var_os("WEFT_LAYERS_SRC") {
-        Some(dir) => (read_tree(Path::new(&dir)), &[][..]),
-        None => (own, KNOWN),
+    let checked = match std::env::var_os("WEFT_LAYERS_SRC") {
+        Some(dir) => read_tree(Path::new(&dir)),
+        None => own,
     };
-    let (all, unlisted) = check(&layers, &checked);
-    let imports: BTreeSet<(&str, &str)> = all
-        .iter()
-        .map(|v| (v.file.as_str(), v.to.as_str()))
-        .collect();
-    let gone: Vec<_> = known.iter().filter(|k| !imports.contains(*k)).collect();
-    let violations: Vec<&Violation> = all
-        .iter()
-        .filter(|v| !known.contains(&(v.file.as_str(), v.to.as_str())))
-        .collect();
+    let (violations, unlisted) = check(&layers, &checked);
     let mut report = String::new();
     for v in &violations {
         report.push_str(&format!(
@@ -451,26 +434,24 @@ fn every_crate_path_names_its_own_layer_or_one_below() {
             v.file, v.line, v.from, v.to
         ));
     }
-    let files: BTreeSet<&str> = all.iter().map(|v| v.file.as_str()).collect();
-    let edges: BTreeSet<(&str, &str)> = all
+    let files: BTreeSet<&str> = violations.iter().map(|v| v.file.as_str()).collect();
+    let imports: BTreeSet<(&str, &str)> = violations
+        .iter()
+        .map(|v| (v.file.as_str(), v.to.as_str()))
+        .collect();
+    let edges: BTreeSet<(&str, &str)> = violations
         .iter()
         .map(|v| (v.from.as_str(), v.to.as_str()))
         .collect();
-    println!(
+    assert!(
+        violations.is_empty() && unlisted.is_empty(),
         "layering: {} paths in {} files ({} file-to-layer imports, {} layer-to-layer edges) \
-         name a layer that is not below their own; {} of those imports are known",
-        all.len(),
+         name a layer that is not below their own (weft/src/lib.rs, \"Layers\", top first: \
+         {}):\n{report}layers missing from that list: {unlisted:?}",
+        violations.len(),
         files.len(),
         imports.len(),
         edges.len(),
-        known.len() - gone.len(),
-    );
-    assert!(
-        violations.is_empty() && unlisted.is_empty() && gone.is_empty(),
-        "layering: these paths name a layer that is not below their own (weft/src/lib.rs, \
-         \"Layers\", top first: {}):\n{report}\
-         layers missing from that list: {unlisted:?}\n\
-         known imports that no longer occur (remove them from KNOWN): {gone:?}",
         layers
             .order
             .iter()

@@ -16,8 +16,8 @@
 //! assert!(text.contains("parked [chan receive]"), "{text}");
 //! ```
 //!
-//! Owns: the registry of live runtimes (so a dump with no argument, like SIGQUIT's, sees
-//! them all), [`Dump`] and its renderings; the trace session (`trace`).
+//! Owns: [`Dump`] and its renderings; the trace session (`trace`). A dump with no argument,
+//! like SIGQUIT's, sees every live runtime through the scheduler's registry (sched/stats.rs).
 //!
 //! Invariants:
 //! 1. A dump never resumes a task to run it: each worker captures its own tasks between two
@@ -45,13 +45,13 @@ mod symbolize;
 pub(crate) mod trace;
 
 pub use crate::observe::backtrace::{Backtrace, Frame};
+pub use crate::observe::sigquit::SigquitAction;
 pub use http::{serve, serve_with, DebugServer, EndpointLimits, MAX_REQUEST};
-pub(crate) use signal::action_from_env;
-pub use signal::{install_sigquit, SigquitAction};
+pub use signal::install_sigquit;
 pub use trace::{is_tracing, trace, TraceSummary, MAX_EVENTS};
 
 use std::panic::Location;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::observe::capture::{DumpRequest, WorkerDump};
@@ -62,23 +62,11 @@ use crate::sched::Shared;
 /// its running task (invariant 2). A worker takes it within a few task runs.
 pub const ANSWER_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// Live runtimes, for a dump of the whole process.
-static RUNTIMES: Mutex<Vec<Weak<Shared>>> = Mutex::new(Vec::new());
-
-/// Records a new runtime (`RuntimeBuilder::build`).
-pub(crate) fn register(shared: &Arc<Shared>) {
-    let mut runtimes = RUNTIMES.lock().unwrap_or_else(|e| e.into_inner());
-    runtimes.retain(|r| r.strong_count() > 0);
-    runtimes.push(Arc::downgrade(shared));
-}
-
+/// The live runtimes, in creation order, from the scheduler's registry (sched/stats.rs).
 fn live_runtimes() -> Vec<Arc<Shared>> {
-    let mut runtimes = RUNTIMES.lock().unwrap_or_else(|e| e.into_inner());
-    runtimes.retain(|r| r.strong_count() > 0);
     // A runtime that is shutting down stops answering: its workers leave their loops.
-    runtimes
-        .iter()
-        .filter_map(Weak::upgrade)
+    crate::sched::stats::runtimes()
+        .into_iter()
         .filter(|shared| !shared.shutdown.load(std::sync::atomic::Ordering::Relaxed))
         .collect()
 }

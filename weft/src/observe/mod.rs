@@ -2,20 +2,26 @@
 //! report to `debug` and `metrics` goes through here, and nothing below the observers names
 //! them (lib.rs, "Layers").
 //!
-//! Owns: the reports' vocabulary — backtraces (`backtrace.rs`: a raw stack symbolized and
+//! Owns: the on/off flag of the scheduler's trace events and the recorder a trace installs
+//! (`trace.rs`); the reports' vocabulary — backtraces (`backtrace.rs`: a raw stack symbolized and
 //! trimmed), which the monitor's and the overflow's reports carry and dumps are built from;
 //! a task as a report names it ([`TaskView`]) — and the capture of a parked task for a dump
 //! (`capture.rs`): what the task records of itself when its worker resumes it to, the
 //! worker's answer, and the [`DumpRequest`](capture::DumpRequest) a dump queues on a worker,
-//! through which the worker answers without naming `debug`.
+//! through which the worker answers without naming `debug`; what SIGQUIT does
+//! (`sigquit.rs`); and [`Observers`], what a runtime's build sets off in the layers above.
 //!
 //! Invariants:
 //! 1. This layer names nothing above `park`: the runtime calls into it, the observers read
-//!    from it.
+//!    from it or install what it calls (a trace's recorder, a dump's request).
+//! 2. What a runtime's build sets off above it — the SIGQUIT dump, the interposed libc calls
+//!    — it reaches through [`observers`], which the crate root defines: no layer below the
+//!    root names those layers.
 //!
-//! May call: `park` (a reason), a dump request's own methods. Called by: `sched` (the monitor,
+//! May call: `park` (a reason), what the observers installed (a trace's recorder, a dump's
+//! request, the functions lib.rs wires in). Called by: `sched` (trace events, the monitor,
 //! the overflow report's symbolizer, the worker answering a dump, the capture a parked task
-//! makes), `debug`.
+//! makes, the build's SIGQUIT and interposition), `debug`; lib.rs (the wiring).
 //!
 //! Why a seam: the scheduler called the observers by name (the monitor symbolized with
 //! `debug`, the worker counted into `metrics`), so a change to a dump's rendering could break
@@ -25,10 +31,14 @@
 
 pub(crate) mod backtrace;
 pub(crate) mod capture;
+pub(crate) mod sigquit;
 pub(crate) mod trace;
 
+use std::io;
 use std::panic::Location;
 use std::sync::Arc;
+
+use sigquit::SigquitAction;
 
 /// A task, as a report names it (sched/task/mod.rs `Header` implements it): the seam names
 /// no type of the scheduler's.
@@ -39,4 +49,31 @@ pub(crate) trait TaskView {
     fn name(&self) -> Option<&Arc<str>>;
     /// Where it was spawned.
     fn spawn_site(&self) -> &'static Location<'static>;
+}
+
+/// What a runtime's build sets off in the layers above it, as the crate root wires them in
+/// (lib.rs `observers`): the one place the runtime reaches them, and only by these pointers.
+pub(crate) struct Observers {
+    /// Makes SIGQUIT print the task dump, then do what the action says (debug/signal.rs).
+    pub(crate) install_sigquit: fn(SigquitAction) -> io::Result<()>,
+    /// Keeps the interposed libc functions linked and resolves them (interpose/mod.rs
+    /// `init`, with the `interpose` feature; else nothing).
+    pub(crate) init_interpose: fn(),
+}
+
+extern "Rust" {
+    /// The observers, defined by the crate root (lib.rs), which alone may name both the
+    /// runtime and the layers above it. A link-time name rather than a registration: a
+    /// runtime's build must reach them before any code of theirs has run (the SIGQUIT dump
+    /// is on by default), and the call from here is what links them into a program that
+    /// never names them, as `#[global_allocator]` provides `__rust_alloc` to `alloc`.
+    #[link_name = "__weft_0_1_observers"]
+    fn observers_of_this_build() -> &'static Observers;
+}
+
+/// The observers a runtime's build sets off (invariant 2).
+pub(crate) fn observers() -> &'static Observers {
+    // SAFETY: lib.rs defines the function under this link name with this signature, in this
+    // crate; it only returns a reference to a static.
+    unsafe { observers_of_this_build() }
 }

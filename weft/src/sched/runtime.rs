@@ -36,6 +36,7 @@ use super::task::Task;
 use super::worker::{self, Worker};
 use crate::observe::backtrace::report_backtrace;
 use crate::observe::capture::DumpRequest;
+use crate::observe::sigquit::{self, SigquitAction};
 use crate::stack::{self, SizeClass};
 
 /// State shared by all workers of one runtime.
@@ -286,7 +287,7 @@ pub struct RuntimeBuilder {
     monitor_report: Option<super::monitor::ReportHook>,
     max_threads: Option<usize>,
     stack_policy: Option<stack::StackPolicy>,
-    sigquit: Option<crate::debug::SigquitAction>,
+    sigquit: Option<SigquitAction>,
     stack_profile: Option<PathBuf>,
     timer_slack: Option<Duration>,
 }
@@ -358,7 +359,7 @@ impl RuntimeBuilder {
     /// What SIGQUIT does (`weft::debug`): by default, like Go, it prints the grouped task
     /// dump to stderr and exits with status 2. The `WEFT_SIGQUIT` environment variable
     /// (`exit`, `continue`, `full`, `off`), when set, wins over this, like `GOTRACEBACK`.
-    pub fn sigquit(mut self, action: crate::debug::SigquitAction) -> Self {
+    pub fn sigquit(mut self, action: SigquitAction) -> Self {
         self.sigquit = Some(action);
         self
     }
@@ -407,8 +408,8 @@ impl RuntimeBuilder {
     /// An invalid worker count or stack size, a stack profile that cannot be read or parsed,
     /// or a failure to start a thread or a poller.
     pub fn build(self) -> io::Result<Runtime> {
-        #[cfg(feature = "interpose")]
-        crate::interpose::init();
+        let observers = crate::observe::observers();
+        (observers.init_interpose)();
         let workers = match self.workers {
             Some(n) => n,
             None => workers_from_env()?,
@@ -444,7 +445,7 @@ impl RuntimeBuilder {
         };
         stack::install_handler(|ips| report_backtrace(ips, true).to_string());
         stack::calibrate(super::task::Suspend::Park(crate::park::ParkReason::Park));
-        crate::debug::install_sigquit(crate::debug::action_from_env(self.sigquit)?)?;
+        (observers.install_sigquit)(sigquit::action_from_env(self.sigquit)?)?;
 
         let locals: Vec<_> = (0..workers)
             .map(|_| crossbeam_deque::Worker::new_fifo())
@@ -518,7 +519,6 @@ impl RuntimeBuilder {
                 }
             }
         }
-        crate::debug::register(&shared);
         let mut runtime = Runtime {
             shared,
             threads,

@@ -1,8 +1,8 @@
 //! What the scheduler tells `weft::metrics`: the process's runtimes, their task counts, and
 //! the sampled stack depth of tasks per spawn site.
 //!
-//! Owns: the registry of live runtimes (`RUNTIMES`, one mutex, touched at build, drop and
-//! snapshot), each worker's [`Sampler`] and [`PrefillDepths`] (its own thread only), and a
+//! Owns: the registry of live runtimes (`RUNTIMES`, one mutex, touched at build, drop,
+//! snapshot and dump), each worker's [`Sampler`] and [`PrefillDepths`] (its own thread only), and a
 //! runtime's [`SiteClasses`] (read-only once built).
 //!
 //! Invariants:
@@ -14,7 +14,8 @@
 //!    the worker's live list; the bit is set at `start` and cleared at `finish`.
 //!
 //! May call: `stack` (release and measure a sampled slot), `counters.rs`. Called by:
-//! `sched/worker.rs`, `sched/runtime.rs`, `metrics::snapshot`.
+//! `sched/worker.rs`, `sched/runtime.rs`, `metrics::snapshot`, `debug` (the runtimes a dump
+//! asks).
 //!
 //! # How the stack depth is sampled
 //! A sampled task's slot has its pages below the top one given back to the kernel just
@@ -64,6 +65,14 @@ pub(crate) fn register(shared: &Arc<Shared>) {
     runtimes.push(Arc::downgrade(shared));
 }
 
+/// The registered runtimes that are still alive, in creation order (for `metrics` and for a
+/// dump of the whole process, `debug`).
+pub(crate) fn runtimes() -> Vec<Arc<Shared>> {
+    let mut runtimes = RUNTIMES.lock().unwrap_or_else(|e| e.into_inner());
+    runtimes.retain(|r| r.strong_count() > 0);
+    runtimes.iter().filter_map(Weak::upgrade).collect()
+}
+
 /// Removes a runtime whose workers have exited and folds its counters in (invariant 1).
 pub(crate) fn retire(shared: &Arc<Shared>) {
     let mut runtimes = RUNTIMES.lock().unwrap_or_else(|e| e.into_inner());
@@ -73,7 +82,8 @@ pub(crate) fn retire(shared: &Arc<Shared>) {
     else {
         return;
     };
-    runtimes.swap_remove(index);
+    // `remove`, not `swap_remove`: a dump numbers runtimes in creation order.
+    runtimes.remove(index);
     for remote in &shared.remotes {
         counters::RETIRED.retire(remote.counters.totals());
         counters::retire_sites(&remote.sites);
@@ -101,10 +111,7 @@ pub(crate) struct Figures {
 
 /// Sums what every live runtime's workers counted.
 pub(crate) fn collect(with_sites: bool) -> Figures {
-    let runtimes: Vec<Arc<Shared>> = {
-        let runtimes = RUNTIMES.lock().unwrap_or_else(|e| e.into_inner());
-        runtimes.iter().filter_map(Weak::upgrade).collect()
-    };
+    let runtimes = runtimes();
     let mut figures = Figures {
         runtimes: runtimes.len() as u64,
         ..Figures::default()
