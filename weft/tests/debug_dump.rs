@@ -662,14 +662,13 @@ fn a_backtrace_starts_where_the_task_waits_and_ends_at_its_closure() {
             .build()
             .unwrap();
         let (tx, rx) = weft::chan::bounded::<()>(0);
-        let _ = rt.spawn(move || wait_chan_recv(rx));
+        let site = spawn_here(&rt, move || wait_chan_recv(rx));
         let deadline = Instant::now() + Duration::from_secs(20);
+        // Other tests' runtimes share the process: this task is the one spawned at `site`.
         let (dump, task) = loop {
             let dump = weft::debug::dump();
-            let task = dump
-                .tasks
-                .iter()
-                .find(|t| t.reason == Some(ParkReason::ChanRecv))
+            let task = task_at(&dump, site)
+                .filter(|t| t.reason == Some(ParkReason::ChanRecv))
                 .cloned();
             if let Some(task) = task {
                 break (dump, task);
