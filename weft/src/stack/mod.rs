@@ -26,8 +26,11 @@
 //! 2. A slot in a pool holds no live frames; its pages may still be committed ("warm"); it
 //!    is never compacted (compact.rs invariant 7).
 //!
-//! May call: `region.rs`, `compact.rs`, libc. Called by: `task` (spawn), `sched` (worker
-//! caches, parked stacks, the stack depth samples of `weft::metrics`), `metrics` (`usage`).
+//! May call: `region.rs`, `compact.rs`, libc; nothing of weft above this layer (lib.rs,
+//! "Layers"): it builds, and its tests run, as a crate of its own (tests/stack_alone.rs).
+//! Called by: `sched` (the task's slot at its start, worker caches, parked stacks, the
+//! switch, the stack depth samples of `weft::metrics`), `task` (cell memory), `chan`
+//! (restoring a compacted waiter), `metrics` (`usage`).
 //!
 //! # The default size: 256 KiB
 //! An overflow aborts the whole process, so the default is chosen for the user's safety, not
