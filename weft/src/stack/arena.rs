@@ -411,7 +411,7 @@ pub(crate) unsafe fn parts(image: *mut u8) -> (usize, *mut u8) {
 }
 
 /// Records in an image's header how deep, in pages (at most 255), its slot was resident when
-/// it was compacted: how deep a restore fills it (`compact.rs`, `RESTORE_DEPTH_MAX`).
+/// it was compacted: how deep a restore fills it (restore.rs `RESTORE_DEPTH_MAX`).
 ///
 /// # Safety
 /// As [`parts`], and the image is not published yet (its writer is the only one to touch it).

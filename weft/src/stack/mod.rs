@@ -77,21 +77,24 @@
 mod arena;
 pub(crate) mod cell_cache;
 mod compact;
+mod mode;
 mod overflow;
 mod page_count;
+mod parked;
 mod region;
+mod restore;
+mod switch;
 mod uffd;
 
 pub(crate) use arena::{alloc_cell, free_cell};
-pub use compact::{counters, mode, Counters, StackMode, StackPolicy, DEFAULT_STACK_BATCH};
+pub use mode::{counters, mode, Counters, StackMode, StackPolicy, DEFAULT_STACK_BATCH};
 pub use region::guards_are_markers;
 #[allow(unused_imports)] // used by `weft::metrics`
 pub(crate) use region::regions;
 
-pub(crate) use compact::{
-    calibrate, copy_stack_bytes, restore_if_compacted, switch_out, LiveStack, ParkedStack,
-    ParkedStacks, PREFILL_PAGES_MAX,
-};
+pub(crate) use parked::{LiveStack, ParkedStack, ParkedStacks};
+pub(crate) use restore::{restore_if_compacted, PREFILL_PAGES_MAX};
+pub(crate) use switch::{calibrate, copy_stack_bytes, switch_out};
 
 pub(crate) use overflow::{context_pc_sp, install_handler, set_running, AltStack, DescribeTask};
 pub(crate) use region::{page_size, prefetch_line, slot_of};
@@ -205,7 +208,7 @@ impl Slot {
     /// region may be registered meanwhile.
     pub(crate) fn prepare(&mut self, pages: impl FnOnce() -> usize) {
         if std::mem::take(&mut self.fresh) {
-            compact::prefill(self.start, self.size(), pages());
+            restore::prefill(self.start, self.size(), pages());
         }
     }
 }

@@ -98,7 +98,7 @@ pub(crate) fn page_size() -> usize {
 pub(crate) fn reserve(slot_size: usize) -> io::Result<usize> {
     let len = REGION_BYTES.max(slot_size);
     let start = map_aligned(len)?;
-    let table = if super::compact::register_regions() {
+    let table = if super::mode::register_regions() {
         make_table(len, slot_size)
     } else {
         std::ptr::null_mut()
@@ -656,7 +656,7 @@ pub(crate) fn guard_carved(starts: &[usize], size: usize) -> io::Result<()> {
     // Acquire: pairs with the Release store in `ensure_registered`.
     let registered = entry.is_some_and(|e| e.registered.load(Ordering::Acquire) == REGISTER_DONE);
     match entry {
-        Some(entry) if registered && super::compact::registration_guards() => {
+        Some(entry) if registered && super::mode::registration_guards() => {
             if entry.unmarked_from.load(Ordering::Relaxed) == usize::MAX {
                 entry.unmarked_from.store(first, Ordering::Relaxed);
             }

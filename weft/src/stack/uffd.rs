@@ -11,8 +11,9 @@
 //!    slot lock (compact.rs invariant 6): it runs on its own ordinary stack and copies
 //!    through a buffer it allocated at start.
 //!
-//! May call: libc, `compact.rs` (to serve a fault), `overflow.rs` (its allocation-free
-//! line). Called by: `region.rs` (register), `compact.rs`, `stack/mod.rs` (fresh-slot fills).
+//! May call: libc, `restore.rs` (to serve a fault), `overflow.rs` (its allocation-free
+//! line). Called by: `region.rs` (register), `compact.rs` (write-protect), `restore.rs`
+//! (fills), `stack/mod.rs` (fresh-slot fills).
 //!
 //! Why a thread and not `UFFD_FEATURE_SIGBUS` (a signal on the faulting thread, 2–10× faster
 //! in Android's measurements): with SIGBUS a *syscall* that writes into a released page (a
@@ -359,10 +360,10 @@ pub(crate) fn write_protect(start: usize, len: usize, protect: bool) -> bool {
     unsafe { libc::ioctl(fd(), UFFDIO_WRITEPROTECT, &mut wp) == 0 }
 }
 
-/// The fault thread's body: reads fault messages and hands each to `compact::serve_fault`.
+/// The fault thread's body: reads fault messages and hands each to `restore::serve_fault`.
 fn serve_faults() {
     let fd = fd();
-    let mut scratch = super::compact::Scratch::new();
+    let mut scratch = super::restore::Scratch::new();
     loop {
         let mut msg = UffdMsg::default();
         // SAFETY: reads at most one `uffd_msg` into memory we own.
@@ -385,7 +386,7 @@ fn serve_faults() {
             continue;
         }
         let write_protected = msg.flags & UFFD_PAGEFAULT_FLAG_WP != 0;
-        super::compact::serve_fault(
+        super::restore::serve_fault(
             msg.address as usize,
             write_protected,
             msg.ptid,
