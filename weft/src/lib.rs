@@ -66,7 +66,7 @@
 //! User code runs only inside tasks: a detached task's result and panic payload, and the
 //! closure of a task cancelled before it ran, are dropped on the task's own stack. A task that
 //! parks while it is panicking keeps its OS thread until woken, since Rust's panic state is per
-//! thread (`sched/worker.rs`, "Parking while panicking").
+//! thread (`sched/park.rs`, "Parking while panicking").
 //! Overflowing a stack hits its guard page: weft prints the task's id, name, spawn site and
 //! stack size, then aborts the process — like Go's "fatal error: stack overflow".
 

@@ -21,7 +21,7 @@
 //!
 //! Invariants:
 //! 1. A dump never resumes a task to run it: each worker captures its own tasks between two
-//!    tasks (sched/worker.rs, "Capturing a parked task"), so the tasks cannot tell.
+//!    tasks (sched/dump.rs, "Capturing a parked task"), so the tasks cannot tell.
 //! 2. A dump never waits for a worker that is stuck in a task: a worker that has not taken
 //!    the request within the answer timeout is reported with the task it runs (from its
 //!    `Remote`), without that worker's other tasks.

@@ -28,6 +28,7 @@ const TOP_NOISE: &[&str] = &[
     "weft::observe::capture::",
     "weft::sched::worker::",
     "weft::sched::park::",
+    "weft::sched::dump::",
     "weft::chan::park",
     "weft::chan::select::park",
     "core::ops::function::Fn",

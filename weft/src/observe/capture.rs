@@ -7,7 +7,7 @@
 //!
 //! Invariants:
 //! 1. A capture is written only by the task the worker resumed with it, between that resume
-//!    and the task's next suspend; the worker reads it only after (sched/worker.rs,
+//!    and the task's next suspend; the worker reads it only after (sched/dump.rs,
 //!    "Capturing a parked task" step 2).
 //! 2. A task records frames only while [`CAPTURE_RESERVE`] bytes of its stack remain free: the
 //!    unwinder's frames must fit above the guard page, or the capture would overflow a task
@@ -22,7 +22,8 @@
 //!    words do not all check out when it is first unwound is not remembered.
 //!
 //! May call: `backtrace` (unwinding only), a request's own `started` and `answer`. Called by:
-//! sched/worker.rs (`suspend`, `answer_dump`), `debug` (making requests, reading answers).
+//! sched/park.rs (`suspend`), sched/dump.rs (`answer_dump`), `debug` (making requests,
+//! reading answers).
 //!
 //! Why resume the task rather than unwind its saved context from outside: corosensei keeps a
 //! suspended coroutine's stack pointer private, and an unwinder started from a saved register
@@ -161,7 +162,7 @@ impl Capture {
 }
 
 /// Records the running task's stack into `capture`: called by the task, on its own stack,
-/// from `suspend` when a dump resumed it (sched/worker.rs, "Capturing a parked task" step 2).
+/// from `suspend` when a dump resumed it (sched/dump.rs, "Capturing a parked task" step 2).
 #[cold]
 #[inline(never)]
 pub(crate) fn record(capture: NonNull<Capture>, site: Option<(ParkReason, &ParkSite)>) {
@@ -324,7 +325,7 @@ impl WorkerDumpBuilder {
 }
 
 /// A dump request queued on one worker (`Remote::request_dump`): made by `debug`, answered by
-/// the worker between two of its tasks (sched/worker.rs, "Capturing a parked task").
+/// the worker between two of its tasks (sched/dump.rs, "Capturing a parked task").
 pub(crate) trait DumpRequest: Send {
     /// The worker took the request: it is not stuck in a task. Must not block.
     fn started(&self);

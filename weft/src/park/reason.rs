@@ -7,7 +7,7 @@
 //!    wait (STYLE.md rule 5), so a dump grouped by reason tells the sites apart.
 //! 2. The reason costs nothing, at the park or while the task waits: it is a constant
 //!    argument of the park call (the park is inlined into each site), materialised only on
-//!    the cold path that answers a dump's capture (sched/worker.rs, "Capturing a parked
+//!    the cold path that answers a dump's capture (sched/dump.rs, "Capturing a parked
 //!    task") and in the `Suspend::Park` value the park switches out with, which a trace reads
 //!    (debug/trace/mod.rs) and which costs the switch nothing (a different constant).
 //!

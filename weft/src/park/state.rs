@@ -42,7 +42,7 @@ const NOTIFIED: u32 = 1;
 /// Switched out and waiting; the next unpark schedules it.
 const PARKED: u32 = 2;
 /// Not switched out: the task blocks its OS thread (it parked while panicking, see
-/// sched/worker.rs "Parking while panicking"); the next unpark unparks that thread.
+/// sched/park.rs "Parking while panicking"); the next unpark unparks that thread.
 const BLOCKED: u32 = 3;
 
 /// What the caller of [`ParkState::unpark`] must do.

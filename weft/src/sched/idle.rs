@@ -18,7 +18,7 @@
 //! worker is awake (it runs the spawning task) and checks its deque before it sleeps, so no
 //! handshake is needed for the task to run; steps 1–2 (`Shared::wake_idle_worker`) only bring
 //! another worker to share the work. So a burst of spawns in one resume does them for its
-//! first spawn and one in every `WAKE_CHECK_EVERY` after it (sched/worker.rs,
+//! first spawn and one in every `WAKE_CHECK_EVERY` after it (sched/spawn.rs,
 //! `Spawner::submit`), not per spawn. Work handed to another worker (`push_woken`, `place`)
 //! and spawns from outside (the injector) always do the handshake.
 //! Fences rather than SeqCst loads and stores, because loom checks fences exactly (it found a

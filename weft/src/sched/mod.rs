@@ -15,7 +15,7 @@
 //! Lasting load (started tasks never move) is kept even by where never-started tasks start:
 //! a spawn on a worker with more live tasks than another goes to that one's inbox, and a
 //! thief with more live tasks than its victim leaves the victim's new tasks to it, unless
-//! the monitor has seen the victim stuck in one task (worker.rs, `defers_to`).
+//! the monitor has seen the victim stuck in one task (queue.rs, `defers_to`).
 //!
 //! Invariants:
 //! 1. Only never-started tasks are in a stealable queue (`new_tasks`, the injector); a woken or
@@ -49,6 +49,8 @@ pub(crate) mod coop;
 #[cfg(not(loom))]
 pub(crate) mod counters;
 #[cfg(not(loom))]
+mod dump;
+#[cfg(not(loom))]
 mod epoll;
 mod idle;
 #[cfg(not(loom))]
@@ -57,36 +59,70 @@ pub(crate) mod io;
 mod monitor;
 #[cfg(not(loom))]
 mod monitor_sample;
+#[cfg(not(loom))]
 pub(crate) mod park;
 #[cfg(not(loom))]
 mod pool_slot;
 #[cfg(not(loom))]
 pub(crate) mod profile;
 #[cfg(not(loom))]
+mod queue;
+#[cfg(not(loom))]
+mod spawn;
+#[cfg(not(loom))]
 pub(crate) mod stats;
 #[cfg(not(loom))]
 pub(crate) mod task;
 #[cfg(not(loom))]
+mod timers;
+#[cfg(not(loom))]
 mod worker;
 
+#[cfg(not(loom))]
+pub(crate) use park::suspend_current;
 #[cfg(all(not(loom), feature = "interpose"))]
 pub(crate) use park::Cancellation;
+#[cfg(all(not(loom), feature = "interpose"))]
+pub(crate) use park::{cancellation_as_error, caught_cancellation};
 pub(crate) use park::{park_current, Waiter};
 #[cfg(not(loom))]
 pub(crate) use park::{park_current_cancellable, park_current_until, unwind_if_cancelled};
 #[cfg(not(loom))]
 pub(crate) use pool_slot::PoolSlot;
 #[cfg(not(loom))]
-pub(crate) use task::{interrupt, locals, spawn, unpark_ptr, Header, Suspend};
-#[cfg(all(not(loom), feature = "interpose"))]
-pub(crate) use worker::{cancellation_as_error, caught_cancellation};
+pub(crate) use spawn::spawn;
 #[cfg(not(loom))]
-pub(crate) use worker::{
-    current_compute_slot, current_task, current_task_ptr, current_worker_of, suspend_current,
-};
+pub(crate) use task::{interrupt, locals, unpark_ptr, Header, Suspend};
+#[cfg(not(loom))]
+pub(crate) use worker::{current_compute_slot, current_task, current_task_ptr, current_worker_of};
 
 #[cfg(loom)]
 pub(crate) use idle::{RestFlag, SleepFlags};
+
+/// Under loom (src/tests/loom_*.rs), every waiter is a model thread and a park is the
+/// model's: park.rs's protocol cores are modelled, not the scheduler around them.
+#[cfg(loom)]
+pub(crate) mod park {
+    use crate::park::ParkReason;
+
+    #[derive(Debug, Clone)]
+    pub(crate) struct Waiter(loom::thread::Thread);
+
+    impl Waiter {
+        pub(crate) fn current() -> Waiter {
+            Waiter(loom::thread::current())
+        }
+
+        pub(crate) fn wake(self) {
+            self.0.unpark();
+        }
+    }
+
+    /// The reason is not kept: no dump runs there.
+    pub(crate) fn park_current(_reason: ParkReason) {
+        loom::thread::park();
+    }
+}
 
 #[cfg(not(loom))]
 mod runtime;

@@ -30,6 +30,7 @@ use crossbeam_deque::{Injector, Stealer};
 use super::counters::{SiteCounts, WorkerCounters};
 use super::idle::SleepFlags;
 use super::monitor::Monitor;
+use super::spawn::{self, EnterToken};
 use super::stats::SiteClasses;
 use super::task::join::JoinHandle;
 use super::task::Task;
@@ -79,7 +80,7 @@ pub(crate) struct Remote {
     /// the lock when nothing is placed.
     pub(crate) placed_len: AtomicUsize,
     /// The worker's OS thread, recorded before it runs a task: woken for a task that blocks
-    /// it (worker.rs, "Parking while panicking").
+    /// it (park.rs, "Parking while panicking").
     pub(crate) thread: std::sync::OnceLock<thread::Thread>,
     pub(crate) flags: SleepFlags,
     /// Tasks resumed by this worker so far; a monitor that sees it unchanged for a while knows
@@ -97,13 +98,13 @@ pub(crate) struct Remote {
     /// (`/proc/self/task/TID/syscall`); 0 until the thread starts.
     pub(crate) tid: std::sync::atomic::AtomicI32,
     /// Started, unfinished tasks living on this worker (its live list's length), written by
-    /// the worker only, Relaxed: spawners read it to place new tasks (worker.rs, `Spawner`).
+    /// the worker only, Relaxed: spawners read it to place new tasks (spawn.rs, `Spawner`).
     pub(crate) live: AtomicUsize,
     /// Set by the monitor while this worker is stuck in one task, cleared when it moves on:
-    /// a thief with more live tasks steals this worker's new tasks only then (worker.rs,
+    /// a thief with more live tasks steals this worker's new tasks only then (queue.rs,
     /// `defers_to`).
     pub(crate) stuck: AtomicBool,
-    /// Task-dump requests waiting for this worker to answer them between tasks (worker.rs,
+    /// Task-dump requests waiting for this worker to answer them between tasks (dump.rs,
     /// "Capturing a parked task"); `dump_pending` says the list is not empty, so the worker
     /// looks at the lock only when there is something.
     pub(crate) dump_requests: Mutex<Vec<Box<dyn DumpRequest>>>,
@@ -224,7 +225,7 @@ impl Shared {
     fn cancel_injected(&self) {
         loop {
             match self.injector.steal() {
-                crossbeam_deque::Steal::Success(task) => worker::cancel_unstarted(&task),
+                crossbeam_deque::Steal::Success(task) => spawn::cancel_unstarted(&task),
                 crossbeam_deque::Steal::Empty => return,
                 crossbeam_deque::Steal::Retry => {}
             }
@@ -700,7 +701,7 @@ impl Drop for Runtime {
         for remote in &self.shared.remotes {
             remote.notify();
             // A task that blocks its worker's thread while panicking re-parks in the
-            // shutdown mode (worker.rs, "Parking while panicking").
+            // shutdown mode (park.rs, "Parking while panicking").
             if let Some(thread) = remote.thread.get() {
                 thread.unpark();
             }
@@ -756,7 +757,7 @@ impl Handle {
     /// order of their creation, on the thread that made them (the guard is not `Send`).
     pub fn enter(&self) -> EnterGuard {
         EnterGuard {
-            token: worker::enter(self.clone()),
+            token: spawn::enter(self.clone()),
             _not_send: std::marker::PhantomData,
         }
     }
@@ -772,7 +773,7 @@ impl Handle {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        match super::task::spawn(Some(self), None, None, Location::caller(), f) {
+        match spawn::spawn(Some(self), None, None, Location::caller(), f) {
             Ok(handle) => handle,
             Err(e) => panic!("weft: failed to spawn task: {e}"),
         }
@@ -807,14 +808,14 @@ impl std::fmt::Debug for Handle {
 /// ```
 pub struct EnterGuard {
     /// `None` when entered from a task (a no-op there).
-    token: Option<worker::EnterToken>,
+    token: Option<EnterToken>,
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
 impl Drop for EnterGuard {
     fn drop(&mut self) {
         if let Some(token) = self.token.take() {
-            worker::exit(token);
+            spawn::exit(token);
         }
     }
 }

@@ -71,7 +71,7 @@ impl ParkedStack {
     }
 
     /// The stage before [`prefetch`](Self::prefetch) in a worker's pipeline over its ready
-    /// queue (`sched/worker.rs`, `prefetch_ahead`): for a compacted slot, pulls in its
+    /// queue (`sched/queue.rs`, `prefetch_ahead`): for a compacted slot, pulls in its
     /// image's entry in the region table (which `prefetch` reads); for a resident one, the
     /// lines its resume reads first (the switch's saved registers, just below the recorded
     /// stack pointer). Only a hint.

@@ -17,7 +17,7 @@
 //!    sched/epoll.rs invariant 2):
 //!    deadlines that fall within it share one wake-up of the worker. An idle worker also
 //!    restores the compacted stacks of tasks due within 500 µs, so their wakes do not wait
-//!    for it (sched/worker.rs `restore_due_soon`).
+//!    for it (sched/timers.rs `restore_due_soon`).
 //! 3. A timer channel ([`after`], [`tick`]) has no task and no entry of its own: its next
 //!    firing time is stored in the channel, and a receiver that waits on it parks with that
 //!    time as its deadline (chan/core.rs). An `after` nobody waits on costs one small

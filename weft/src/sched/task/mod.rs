@@ -39,7 +39,7 @@
 //!    `Arc`'s orderings.
 //!
 //! May call: `stack`, `park`, the worker (a wake queues the task on its home worker,
-//! `worker.rs` `schedule_woken`; a spawn hands the task to a `Spawner`). Called by: the rest
+//! `queue.rs` `schedule_woken`; a spawn hands the task to a `Spawner`). Called by: the rest
 //! of `sched`; `task` (spawning, and its re-exports for everything above).
 //!
 //! Why here and not in `task/`: a wake schedules the task on its worker, and the worker
@@ -49,7 +49,6 @@
 
 use std::cell::{Cell, UnsafeCell};
 use std::fmt;
-use std::io;
 use std::num::NonZeroU64;
 use std::panic::Location;
 use std::ptr::NonNull;
@@ -59,13 +58,12 @@ use std::sync::Arc;
 use corosensei::{Coroutine, Yielder};
 
 use super::park::Waiter;
-use super::runtime::{Handle, Remote};
+use super::runtime::Remote;
 use crate::observe::capture::Capture;
 use crate::observe::TaskView;
 use crate::park::state::{ParkState, Unpark};
 use crate::park::ParkReason;
 use crate::stack::{self, SizeClass, Slot};
-use join::JoinHandle;
 use locals::TaskLocals;
 
 pub(crate) mod cell;
@@ -148,7 +146,7 @@ impl fmt::Display for Cancelled {
 impl std::error::Error for Cancelled {}
 
 /// `Header::interrupt` bits. Set by anyone with a Release `fetch_or` before an unpark; read by
-/// the task at its parks (sched/worker.rs `unwind_if_cancelled`).
+/// the task at its parks (sched/park.rs `unwind_at_park`).
 pub(crate) mod interrupt {
     /// The runtime shuts down: unwind at the next park (runtime.rs step 3).
     pub(crate) const SHUTDOWN: u8 = 1;
@@ -227,9 +225,9 @@ pub(crate) struct Header {
     /// null until then. Never dropped with the header: the task drops it when it ends.
     pub(crate) locals: Cell<*mut TaskLocals>,
     /// Set by the task's worker around a resume that asks the task to record where it waits
-    /// instead of running (sched/worker.rs, "Capturing a parked task").
+    /// instead of running (sched/dump.rs, "Capturing a parked task").
     pub(crate) capture: Cell<Option<NonNull<Capture>>>,
-    /// The task was unwinding when it last parked (sched/worker.rs, "Parking while
+    /// The task was unwinding when it last parked (sched/park.rs, "Parking while
     /// panicking").
     pub(crate) unwinding: Cell<bool>,
     /// Its stack pointer and reclaim/compaction state while parked (stack/compact.rs).
@@ -546,8 +544,8 @@ pub(crate) unsafe fn unpark_ptr(ptr: NonNull<Header>) {
     match header.park.unpark() {
         Unpark::Nothing => {}
         // SAFETY: this unpark saw PARKED, so it owns the parked reference (invariant 4).
-        Unpark::Schedule => super::worker::schedule_woken(unsafe { Task::from_parked(ptr) }),
-        Unpark::WakeThread => super::worker::wake_blocked(header),
+        Unpark::Schedule => super::queue::schedule_woken(unsafe { Task::from_parked(ptr) }),
+        Unpark::WakeThread => super::park::wake_blocked(header),
     }
 }
 
@@ -586,49 +584,4 @@ impl fmt::Debug for Task {
             .field("spawn_site", &self.spawn_site())
             .finish()
     }
-}
-
-/// Spawns `f` as a new task named `name`, with a stack of `stack_size` bytes (else its site's
-/// or its runtime's size), onto the runtime behind `target`, or else the current one
-/// (`worker.rs` `with_spawner`): the work of `task::Builder::spawn`, `weft::spawn` and
-/// `Handle::spawn`.
-///
-/// # Errors
-/// As `task::Builder::spawn`.
-pub(crate) fn spawn<F, T>(
-    target: Option<&Handle>,
-    name: Option<String>,
-    stack_size: Option<usize>,
-    spawn_site: &'static Location<'static>,
-    f: F,
-) -> io::Result<JoinHandle<T>>
-where
-    F: FnOnce() -> T + Send + 'static,
-    T: Send + 'static,
-{
-    // A spawn completes without parking: a loop of spawns spends the cooperative budget
-    // like a loop of sends (sched/coop.rs), so it lets its worker's other tasks run.
-    super::coop::spend();
-    super::worker::with_spawner(spawn_site, target, |spawner| {
-        if spawner.refuses_spawns() {
-            return Err(io::Error::other(
-                "weft: spawn refused: the runtime is shutting down (Runtime::shutdown_timeout)",
-            ));
-        }
-        let class = match stack_size {
-            Some(bytes) => SizeClass::for_size(bytes)?,
-            None => spawner.class_for(spawn_site),
-        };
-        let slot = spawner.take_slot(class)?;
-        let name = name.map(Arc::from);
-        let header = cell::allocate(
-            |vtable| Header::new(vtable, name, spawn_site, class, slot),
-            f,
-        );
-        // SAFETY: `allocate` made the cell with two references (`Header::new`): one for the
-        // queue, one for the join handle, each taken once here.
-        let (queued, joiner) = unsafe { (Task::adopt(header), Task::adopt(header)) };
-        spawner.submit(queued);
-        Ok(JoinHandle::new(joiner))
-    })
 }
