@@ -343,6 +343,10 @@ impl Worker {
     /// only wakes for its timers would otherwise burn up to `SPIN` of CPU per wake), and
     /// re-enabled as soon as a notify ends a sleep within `SPIN` of its start — work arrived
     /// from another thread that a spin would have caught (ping-pong across workers).
+    ///
+    /// Out of line: inlined into the loop, this cold path (and the poller's wait it pulled in)
+    /// cost the busy loop 10 instructions a ping-pong round trip in spills (callgrind).
+    #[inline(never)]
     pub(super) fn idle(&self) {
         // A worker with sockets waits for them in epoll instead of spinning: its next work
         // usually comes from the network, which a spin cannot see without a syscall per turn,

@@ -179,7 +179,7 @@ pub(crate) fn drop_in_task<V>(value: V) {
 }
 
 /// The vtable of the cells of closures `F` returning `T`, for their headers.
-fn vtable<F, T>() -> &'static CellVtable
+pub(crate) fn vtable<F, T>() -> &'static CellVtable
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
@@ -187,17 +187,14 @@ where
     &Cell::<F, T>::VTABLE
 }
 
-/// Allocates a task's cell around the header `make_header` makes and `body`. The header is
-/// made with this cell type's vtable here: the cell's operations must match its type.
-pub(crate) fn allocate<F, T>(
-    make_header: impl FnOnce(&'static CellVtable) -> Header,
-    body: F,
-) -> NonNull<Header>
+/// Allocates a task's cell around `header` and `body`. The header's vtable is set to this
+/// cell type's here, whatever the caller put in it: the cell's operations must match its type.
+pub(crate) fn allocate<F, T>(mut header: Header, body: F) -> NonNull<Header>
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    let header = make_header(vtable::<F, T>());
+    header.vtable = vtable::<F, T>();
     // The layout is not zero-sized: it holds a header.
     let memory = cell_cache::allocate(Layout::new::<Cell<F, T>>()).cast::<Cell<F, T>>();
     let cell = Cell {

@@ -248,8 +248,10 @@ unsafe impl Send for Header {}
 
 impl Header {
     /// The header of a new task whose cell's operations are `vtable`, with the two
-    /// references a new cell starts with: one for the queue, one for the join handle (task/
-    /// cell.rs `allocate`, which alone passes a cell's own vtable here).
+    /// references a new cell starts with: one for the queue, one for the join handle.
+    /// cell.rs `allocate` sets the vtable to its cell type's again, whatever was passed here.
+    /// Inlined, so that the header is built in place, as the struct literal it replaced was.
+    #[inline]
     pub(crate) fn new(
         vtable: &'static CellVtable,
         name: Option<Arc<str>>,
