@@ -2,7 +2,10 @@
 # The whole test suite, as CI runs it (.ci/run) and as a fresh machine runs it:
 #   1. installs the Go toolchain the comparison tests use (tests that need it print
 #      "skipped: <reason>" when it cannot be had);
-#   2. every crate's unit, integration and doc tests;
+#   2. every crate's unit, integration and doc tests, among them the layering check
+#      (weft/tests/layering.rs: no `crate::` path of weft/src names a layer above its own,
+#      weft/src/lib.rs "Layers") and the stack layer built and tested on its own
+#      (weft/tests/stack_alone.rs);
 #   3. the `interpose` feature's tests (weft/tests/interpose_*.rs) and the `log` feature's
 #      (weft/tests/monitor_log.rs);
 #   4. the loom model checks of weft's lock-free protocols (src/tests/loom_*.rs).

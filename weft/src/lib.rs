@@ -31,10 +31,10 @@
 //!
 //! # Layers
 //! Each folder of `src/` is a layer, and so is each file beside this one. A layer names only
-//! itself and the layers below it in this list, top first — every `crate::` path counts, and
-//! `tests/layering.rs` checks them all against the list, which is the one place the
-//! directions are written — so no import cycle spans two layers. Upward, the runtime reports
-//! to its observers through one narrow seam, `observe`.
+//! itself and the layers below it in this list, top first — every `crate::` path counts,
+//! tests included — so no import cycle spans two layers. This list is the one place the
+//! directions are written: `tests/layering.rs` checks every path of `src/` against it, and
+//! `tests/stack_alone.rs` builds the bottom layer and runs its tests without the rest.
 //! ```text
 //!   debug       task dumps, SIGQUIT, traces, the debug endpoint      ┐ the observers: they
 //!   metrics     snapshot, stack profile                              ┘ read every layer
@@ -45,12 +45,20 @@
 //!   sync        Mutex, RwLock, Condvar, WaitGroup, Semaphore, Barrier
 //!   task        spawn, Builder, JoinHandle, task-locals, spawn_blocking, compute
 //!   chan        channels, select!
-//!   sched       Runtime, workers and queues, the task header and handle, parking, the reactor
+//!   sched       Runtime, workers and queues, the task core (header, handle, cell, join
+//!               slot), parking and waking, the reactor, the blocking pool, the monitor
 //!   observe     the seam to the observers: trace events, dump captures, backtraces
 //!   park        the park protocol: ParkState, ParkReason
 //!   stack       slots, guards, reclaim, compaction, the image and cell arenas, overflow
 //!   loom        std's or loom's atomics and locks
 //! ```
+//! Upward, the runtime reaches its observers only through the seam, `observe`: its trace
+//! events are `#[cold]` functions behind one flag that call the recorder a trace installs, a
+//! worker answers a dump through the request's own trait object, and what a runtime's build
+//! sets off above it (the SIGQUIT dump, the interposed libc calls) comes from a table this
+//! crate root defines (`observers` below). Where two parts call each other — a wake queues a
+//! task on its worker, a worker runs its tasks through their headers — they share a layer:
+//! the task core lives in `sched/`, and `task/` is the public API over it.
 //!
 //! # Blocking code you did not write
 //! With the `interpose` cargo feature, the blocking libc calls that std and sync crates make
