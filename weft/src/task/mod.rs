@@ -125,7 +125,7 @@ impl Builder {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        self.spawn_at(None, Location::caller(), f)
+        sched::spawn(None, self.name, self.stack_size, Location::caller(), f)
     }
 
     /// Like [`Builder::spawn`], but onto the runtime behind `handle`, whatever runtime (if
@@ -139,20 +139,13 @@ impl Builder {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        self.spawn_at(Some(handle), Location::caller(), f)
-    }
-
-    fn spawn_at<F, T>(
-        self,
-        target: Option<&crate::Handle>,
-        spawn_site: &'static Location<'static>,
-        f: F,
-    ) -> io::Result<JoinHandle<T>>
-    where
-        F: FnOnce() -> T + Send + 'static,
-        T: Send + 'static,
-    {
-        sched::spawn(target, self.name, self.stack_size, spawn_site, f)
+        sched::spawn(
+            Some(handle),
+            self.name,
+            self.stack_size,
+            Location::caller(),
+            f,
+        )
     }
 }
 
