@@ -121,14 +121,29 @@ pub use task::{spawn, yield_now, JoinHandle};
 /// Runs `f` as a task on a new runtime with the default settings, waits for it, and shuts the
 /// runtime down: `weft::run(|| { ... })` is the whole `main` of a weft program.
 ///
+/// `f` may borrow from the caller (see [`Runtime::block_on`]):
+///
+/// ```
+/// let words = vec!["weft", "runs", "tasks"];
+/// let lengths = weft::run(|| {
+///     // `words` is borrowed; the tasks spawned inside still own what they capture.
+///     let handles: Vec<_> = words.iter().map(|&w| weft::spawn(move || w.len())).collect();
+///     handles.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>()
+/// });
+/// assert_eq!(lengths, [4, 4, 5]);
+/// ```
+///
+/// Called inside a task, it starts a runtime of its own and parks the task until `f` ends.
+///
 /// # Panics
-/// If the runtime cannot start, or with `f`'s own panic.
+/// If the runtime cannot start, or with `f`'s own panic (its payload, after the task has
+/// ended; see [`Runtime::block_on`]).
 #[cfg(not(loom))]
 #[track_caller]
 pub fn run<F, T>(f: F) -> T
 where
-    F: FnOnce() -> T + Send + 'static,
-    T: Send + 'static,
+    F: FnOnce() -> T + Send,
+    T: Send,
 {
     let runtime = match Runtime::new() {
         Ok(runtime) => runtime,

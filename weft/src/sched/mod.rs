@@ -52,6 +52,8 @@ mod monitor;
 #[cfg(not(loom))]
 mod monitor_sample;
 #[cfg(not(loom))]
+mod scoped;
+#[cfg(not(loom))]
 pub(crate) mod stats;
 #[cfg(not(loom))]
 mod worker;

@@ -593,18 +593,49 @@ impl Runtime {
         Runtime::builder().build()
     }
 
-    /// Runs `f` as a task and blocks the calling thread until it returns its result; a panic in
-    /// `f` resumes on the caller, like a panic on the calling thread would.
+    /// Runs `f` as a task on this runtime, waits until it has ended, and returns its result.
+    ///
+    /// `f` may borrow from the caller, as a closure given to `std::thread::scope` may: the call
+    /// returns (or unwinds) only after the task has ended, so nothing it borrows can go away
+    /// while the task runs.
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new()?;
+    /// let names = vec!["ann".to_string(), "bob".to_string()];
+    /// let total = rt.block_on(|| {
+    ///     // Borrowed by the task; each child gets its own copy.
+    ///     let handles: Vec<_> = names.iter().cloned().map(|n| weft::spawn(move || n.len())).collect();
+    ///     handles.into_iter().map(|h| h.join().unwrap()).sum::<usize>()
+    /// });
+    /// assert_eq!(total, 6);
+    /// assert_eq!(names.len(), 2); // still ours
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// From a plain thread it blocks the thread; from a task of another runtime it parks that
+    /// task. From one of this runtime's own tasks `f` simply runs there, in the calling task
+    /// (with its stack and task-locals): waiting for a task of its own would change nothing.
+    ///
+    /// # Panics
+    /// A panic in `f` unwinds `f`'s frames on the task's stack (its captures are dropped
+    /// there), then resumes on the caller with the same payload, as
+    /// `std::thread::scope` re-raises a scoped thread's panic; the runtime goes on.
+    /// If the caller is cancelled while it waits (a task of another runtime, or a plain thread
+    /// inside [`Context::bind`](crate::context::Context::bind)), the task is cancelled too,
+    /// and the caller's unwind goes on once the task has ended; meanwhile the caller's OS
+    /// thread blocks. Also panics when no stack can be had for the task (see
+    /// [`crate::task::Builder::spawn`]).
     #[track_caller]
     pub fn block_on<F, T>(&self, f: F) -> T
     where
-        F: FnOnce() -> T + Send + 'static,
-        T: Send + 'static,
+        F: FnOnce() -> T + Send,
+        T: Send,
     {
-        match self.spawn(f).join() {
-            Ok(value) => value,
-            Err(payload) => std::panic::resume_unwind(payload),
+        if worker::on_worker_of(&self.shared) {
+            // User code runs in tasks only, so the caller is one of this runtime's tasks.
+            return f();
         }
+        super::scoped::spawn_and_wait(&self.handle(), f)
     }
 
     /// Spawns a task on this runtime from any thread or task (see [`Handle::spawn`]).
