@@ -11,7 +11,7 @@
 //!
 //! On SIGINT or SIGTERM it stops accepting (the accept loop is bound to a [`Context`] that
 //! the signal cancels), gives the open connections [`GRACE`] to finish
-//! (`Runtime::shutdown_timeout`), cancels those still open then, and exits 0 with one line on
+//! (`Runtime::shutdown_timeout`), cancels those still open then, and exits 0 with its report on
 //! stderr. A connection is not bound to the context: its request in flight is answered.
 
 use std::io::{self, Write};
@@ -57,8 +57,8 @@ pub fn run(addr: &str) {
     signals.forever().next();
     stop.cancel();
     let _ = server.join();
-    let clean = runtime.shutdown_timeout(GRACE);
-    eprintln!("echo: stopped; every connection finished in time: {clean}");
+    let report = runtime.shutdown_timeout(GRACE);
+    eprintln!("echo: stopped; {report}");
 }
 
 fn serve(addr: &str) {

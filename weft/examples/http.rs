@@ -17,7 +17,7 @@
 //! the signal cancels), answers the requests in flight, each with `Connection: close` (as
 //! Go's `Server.Shutdown` turns keep-alive off), gives the open connections [`GRACE`] to
 //! finish (`Runtime::shutdown_timeout`), cancels those still open then (idle keep-alive
-//! ones wait that long), and exits 0 with one line on stderr.
+//! ones wait that long), and exits 0 with its report on stderr.
 
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -60,8 +60,8 @@ fn main() {
     DRAINING.store(true, Ordering::Relaxed);
     stop.cancel();
     let _ = server.join();
-    let clean = runtime.shutdown_timeout(GRACE);
-    eprintln!("http: stopped; every connection finished in time: {clean}");
+    let report = runtime.shutdown_timeout(GRACE);
+    eprintln!("http: stopped; {report}");
 }
 
 fn fail(message: &str) -> ! {

@@ -114,7 +114,7 @@ pub mod task;
 pub mod time;
 
 #[cfg(not(loom))]
-pub use sched::{EnterGuard, Handle, Runtime, RuntimeBuilder, DEFAULT_TIMER_SLACK};
+pub use sched::{EnterGuard, Handle, Runtime, RuntimeBuilder, ShutdownReport, DEFAULT_TIMER_SLACK};
 #[cfg(not(loom))]
 pub use task::{spawn, yield_now, JoinHandle};
 

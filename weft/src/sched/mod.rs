@@ -54,6 +54,8 @@ mod monitor_sample;
 #[cfg(not(loom))]
 mod scoped;
 #[cfg(not(loom))]
+mod shutdown;
+#[cfg(not(loom))]
 pub(crate) mod stats;
 #[cfg(not(loom))]
 mod worker;
@@ -78,3 +80,5 @@ pub use monitor::{MonitorReport, StuckActivity};
 pub use runtime::{EnterGuard, Handle, Runtime, RuntimeBuilder, DEFAULT_TIMER_SLACK};
 #[cfg(not(loom))]
 pub(crate) use runtime::{Remote, Shared};
+#[cfg(not(loom))]
+pub use shutdown::{CancelledTask, ShutdownReport};

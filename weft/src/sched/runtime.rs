@@ -29,6 +29,7 @@ use crossbeam_deque::{Injector, Stealer};
 
 use super::idle::SleepFlags;
 use super::monitor::Monitor;
+use super::shutdown::ShutdownReport;
 use super::stats::SiteClasses;
 use super::worker::{self, Worker};
 use crate::metrics::counters::{SiteCounts, WorkerCounters};
@@ -663,8 +664,10 @@ impl Runtime {
     /// Shuts the runtime down gracefully: new spawns are refused from now on (with an error
     /// from [`crate::task::Builder::spawn`]; `weft::spawn` and [`Handle::spawn`] panic with
     /// it), the tasks already spawned get until `timeout` to finish, and those still there
-    /// then are cancelled as when the runtime is dropped (their parks unwind). Returns true
-    /// if every task finished in time.
+    /// then are cancelled as when the runtime is dropped (their parks unwind). Returns as
+    /// soon as every task has finished, with a [`ShutdownReport`]: whether they all finished
+    /// in time, and if not how many were cancelled, with the names and spawn sites of up to
+    /// [`ShutdownReport::MAX_LISTED`] of them.
     ///
     /// A server stops accepting first (cancel the accept loop's
     /// [`Context`](crate::context::Context), or close its listener), then calls this so that
@@ -674,21 +677,52 @@ impl Runtime {
     /// use std::time::Duration;
     /// let rt = weft::Runtime::new().unwrap();
     /// let request = rt.spawn(|| weft::time::sleep(Duration::from_millis(20)));
-    /// let stuck = rt.spawn(|| weft::time::sleep(Duration::from_secs(3600)));
-    /// assert!(!rt.shutdown_timeout(Duration::from_millis(200)));
+    /// let stuck = weft::task::Builder::new()
+    ///     .name("stuck")
+    ///     .spawn_on(&rt.handle(), || weft::time::sleep(Duration::from_secs(3600)))
+    ///     .unwrap();
+    /// let report = rt.shutdown_timeout(Duration::from_millis(200));
+    /// assert!(!report.finished_in_time());
+    /// assert_eq!(report.cancelled(), 1);
+    /// assert_eq!(report.cancelled_tasks()[0].name.as_deref(), Some("stuck"));
     /// assert!(request.join().is_ok()); // finished in the grace period
     /// assert!(weft::task::is_cancelled(&*stuck.join().unwrap_err()));
     /// ```
     ///
+    /// # A background loop holds the whole grace period
+    /// The grace period ends early only when *every* task has finished, so a loop that never
+    /// ends (a stats ticker, a reconnect loop) makes every shutdown wait `timeout` out, and the
+    /// report names it. Bind such loops to the [`Context`](crate::context::Context) the server
+    /// cancels when it stops accepting, so that they end with it:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weft::context::Context;
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let stop = Context::new();
+    /// let ticker = stop.clone();
+    /// rt.spawn(move || {
+    ///     // Ends with Err(ContextError::Cancelled) once `stop` is cancelled.
+    ///     let _ = ticker.bind(|| loop {
+    ///         weft::time::sleep(Duration::from_millis(10)); // report stats here
+    ///     });
+    /// });
+    /// stop.cancel();
+    /// let report = rt.shutdown_timeout(Duration::from_secs(5));
+    /// assert!(report.finished_in_time(), "{report}");
+    /// assert!(report.waited() < Duration::from_secs(5));
+    /// ```
+    ///
     /// # Panics
     /// When called from one of the runtime's own tasks, like dropping it.
-    pub fn shutdown_timeout(self, timeout: Duration) -> bool {
+    pub fn shutdown_timeout(self, timeout: Duration) -> ShutdownReport {
         if worker::on_worker_of(&self.shared) {
             panic!("weft: a runtime cannot be shut down from one of its own tasks");
         }
+        let started = Instant::now();
         // SeqCst, like `shutdown`'s store: spawners check it before queueing.
         self.shared.closing.store(true, Ordering::SeqCst);
-        let deadline = Instant::now().checked_add(timeout);
+        let deadline = started.checked_add(timeout);
         let mut finished_once = false;
         let finished = loop {
             // Seen twice in a row, a poll apart: a task in hand between two queues shows.
@@ -707,8 +741,26 @@ impl Runtime {
             let left = deadline.map_or(GRACE_POLL, |d| d - now);
             thread::sleep(left.min(GRACE_POLL));
         };
+        let waited = started.elapsed();
+        let mut report = ShutdownReport {
+            finished: true,
+            grace: timeout,
+            waited,
+            cancelled: 0,
+            unstarted: 0,
+            tasks: Vec::new(),
+        };
+        if !finished {
+            // shutdown.rs invariant 1: the tasks left now are the ones `drop` cancels.
+            let (tasks, started, unstarted) =
+                crate::debug::unfinished_tasks(&self.shared, ShutdownReport::MAX_LISTED);
+            report.finished = false;
+            report.tasks = tasks;
+            report.unstarted = unstarted;
+            report.cancelled = started + unstarted;
+        }
         drop(self);
-        finished
+        report
     }
 }
 
