@@ -17,10 +17,9 @@
 use std::io::{self, Write};
 use std::time::Duration;
 
-use signal_hook::consts::{SIGINT, SIGTERM};
-use signal_hook::iterator::Signals;
 use weft::context::Context;
 use weft::net::{TcpListener, TcpStream};
+use weft::signal::{Signals, SIGINT, SIGTERM};
 
 const BUFFER: usize = 16 * 1024;
 /// How long the open connections get to finish after SIGINT or SIGTERM.
@@ -38,7 +37,7 @@ fn main() {
 /// (tests/graceful_sigterm.rs).
 pub fn run(addr: &str) {
     // From here on SIGINT and SIGTERM no longer end the process: they queue for `signals`.
-    let mut signals = Signals::new([SIGINT, SIGTERM])
+    let signals = Signals::new(&[SIGINT, SIGTERM])
         .unwrap_or_else(|e| fail(&format!("cannot handle SIGINT and SIGTERM: {e}")));
     // A server holds one descriptor per connection: soft RLIMIT_NOFILE up to the hard one.
     let _ = weft::net::raise_fd_limit();
@@ -54,7 +53,7 @@ pub fn run(addr: &str) {
     let addr = addr.to_string();
     // Cancelling `stop` unwinds the parked `accept` (or backoff sleep) out of `serve`.
     let server = runtime.spawn(move || accepting.bind(|| serve(&addr)));
-    signals.forever().next();
+    signals.recv();
     stop.cancel();
     let _ = server.join();
     let report = runtime.shutdown_timeout(GRACE);

@@ -23,10 +23,9 @@ use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use signal_hook::consts::{SIGINT, SIGTERM};
-use signal_hook::iterator::Signals;
 use weft::context::Context;
 use weft::net::{TcpListener, TcpStream};
+use weft::signal::{Signals, SIGINT, SIGTERM};
 
 /// The largest request head accepted.
 const MAX_HEAD: usize = 16 * 1024;
@@ -45,7 +44,7 @@ fn main() {
         .unwrap_or_else(|| "127.0.0.1:8080".to_string());
     let runtime = weft::Runtime::new().unwrap_or_else(|e| fail(&format!("cannot start: {e}")));
     // Before the listener exists, so that a signal sent once it listens is caught.
-    let mut signals = Signals::new([SIGINT, SIGTERM])
+    let signals = Signals::new(&[SIGINT, SIGTERM])
         .unwrap_or_else(|e| fail(&format!("cannot catch SIGINT and SIGTERM: {e}")));
     let listener =
         TcpListener::bind(&addr).unwrap_or_else(|e| fail(&format!("cannot listen on {addr}: {e}")));
@@ -56,7 +55,7 @@ fn main() {
     let accepting = stop.clone();
     // Cancelling `stop` unwinds the parked `accept` out of `serve`.
     let server = runtime.spawn(move || accepting.bind(|| serve(listener)));
-    signals.forever().next();
+    signals.recv();
     DRAINING.store(true, Ordering::Relaxed);
     stop.cancel();
     let _ = server.join();

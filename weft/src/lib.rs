@@ -99,6 +99,8 @@ pub mod sched;
 #[cfg(loom)]
 pub(crate) mod sched;
 #[cfg(not(loom))]
+pub mod signal;
+#[cfg(not(loom))]
 pub mod stack;
 #[cfg(not(loom))]
 pub mod sync;
