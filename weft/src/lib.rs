@@ -154,5 +154,10 @@ where
     runtime.block_on(f)
 }
 
+/// The README's snippets, compiled and run as doc tests (`cargo test` runs them).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
+
 #[cfg(test)]
 mod tests;
