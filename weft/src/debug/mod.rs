@@ -232,6 +232,11 @@ impl Dump {
 /// Dumps every task of every live runtime in this process (invariant 1). Callable from a
 /// task (it parks while the workers answer; its own worker answers once it has parked) or
 /// from a plain thread (it blocks).
+///
+/// ```
+/// let text = weft::run(|| weft::debug::dump().full());
+/// assert!(text.starts_with("weft task dump: "));
+/// ```
 pub fn dump() -> Dump {
     dump_with_timeout(ANSWER_TIMEOUT)
 }

@@ -276,6 +276,17 @@ fn set_timer_slack(slack: Duration) {
 pub const DEFAULT_TIMER_SLACK: Duration = Duration::from_micros(10);
 
 /// Configures and builds a [`Runtime`].
+///
+/// ```
+/// use std::time::Duration;
+/// let rt = weft::Runtime::builder()
+///     .workers(4) // else WEFT_WORKERS, else one per CPU
+///     .stack_size(64 * 1024) // per task, guard page included
+///     .monitor_threshold(Some(Duration::from_millis(50))) // report a stuck worker after 50 ms
+///     .build()?;
+/// assert_eq!(rt.workers(), 4);
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Clone, Default)]
 pub struct RuntimeBuilder {
     workers: Option<usize>,
@@ -574,6 +585,16 @@ mod tests {
 
 /// A weft runtime: worker threads that run tasks. Dropping it shuts it down (see the
 /// module-level shutdown steps): tasks not finished are cancelled and their stacks unwound.
+///
+/// ```
+/// let rt = weft::Runtime::builder().workers(2).build()?;
+/// let handle = rt.spawn(|| "from a task");
+/// assert_eq!(handle.join().unwrap(), "from a task");
+/// let local = vec![1, 2, 3];
+/// assert_eq!(rt.block_on(|| local.iter().sum::<i32>()), 6); // may borrow
+/// drop(rt); // cancels what is left; `shutdown_timeout` gives tasks time first
+/// # Ok::<(), std::io::Error>(())
+/// ```
 pub struct Runtime {
     shared: Arc<Shared>,
     threads: Vec<thread::JoinHandle<()>>,
