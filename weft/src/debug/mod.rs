@@ -48,7 +48,7 @@ pub(crate) mod trace;
 pub(crate) use capture::{
     answer, answer_started, clock_now, record, Capture, DumpRequest, ParkSite, WorkerDumpBuilder,
 };
-pub use http::{serve, DebugServer, MAX_REQUEST};
+pub use http::{serve, serve_with, DebugServer, EndpointLimits, MAX_REQUEST};
 pub(crate) use signal::action_from_env;
 pub use signal::{install_sigquit, SigquitAction};
 pub(crate) use symbolize::{release_symbolizer, report_backtrace};

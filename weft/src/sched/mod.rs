@@ -75,7 +75,7 @@ pub(crate) use idle::{RestFlag, SleepFlags};
 #[cfg(not(loom))]
 mod runtime;
 #[cfg(not(loom))]
-pub use monitor::{MonitorReport, StuckActivity};
+pub use monitor::{BlockedOn, MonitorReport, StuckActivity};
 #[cfg(not(loom))]
 pub use runtime::{EnterGuard, Handle, Runtime, RuntimeBuilder, DEFAULT_TIMER_SLACK};
 #[cfg(not(loom))]
