@@ -139,6 +139,8 @@ pub struct Signals {
 
 impl Signals {
     /// Subscribes to `signals` (`weft::signal::SIGTERM`, or any `libc::SIG*` number).
+    /// SIGQUIT also keeps printing weft's task dump (and exiting) unless `WEFT_SIGQUIT` or
+    /// [`RuntimeBuilder::sigquit`](crate::RuntimeBuilder::sigquit) says otherwise.
     ///
     /// # Errors
     /// An empty list; a signal that cannot be caught (SIGKILL, SIGSTOP) or whose handling

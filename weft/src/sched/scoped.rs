@@ -64,9 +64,10 @@ impl Drop for SetOnDrop {
 /// A pointer into the caller's frame, sent to the task (invariant 1).
 struct CallerSlot<S>(*mut S);
 
-// SAFETY: the slot holds an `F: Send` or a `T: Send` (the bounds of `spawn_and_wait`), which
-// moves to the task's thread and back; invariant 3 keeps the slot alive while the task uses it.
-unsafe impl<S> Send for CallerSlot<S> {}
+// SAFETY: what the slot holds (`Option<F>` or `Option<T>`, both `Send` by the bounds of
+// `spawn_and_wait`) moves to the task's thread and back; invariant 3 keeps the slot alive while
+// the task uses it, and the caller does not touch it meanwhile.
+unsafe impl<S: Send> Send for CallerSlot<S> {}
 
 impl<S> CallerSlot<S> {
     fn get(&self) -> *mut S {

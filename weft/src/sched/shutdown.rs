@@ -138,7 +138,10 @@ impl fmt::Display for ShutdownReport {
         for task in &self.tasks {
             write!(f, "\n  {task}")?;
         }
-        let unlisted = self.cancelled - self.unstarted - self.tasks.len().min(self.cancelled);
+        let unlisted = self
+            .cancelled
+            .saturating_sub(self.unstarted)
+            .saturating_sub(self.tasks.len());
         if unlisted > 0 {
             write!(f, "\n  and {unlisted} more")?;
         }
