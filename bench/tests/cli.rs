@@ -157,6 +157,11 @@ fn every_subcommand_runs_at_tiny_sizes_and_writes_the_report() {
             report.contains("stack growth"),
             "Go's stack-growth share is missing"
         );
+        assert!(
+            report.contains("| go, stack applied | ")
+                && !report.contains("| go, stack applied | failed"),
+            "the Go row with the starting stack applied is missing or failed"
+        );
     } else {
         assert!(report.contains("skipped: no Go toolchain"));
     }
