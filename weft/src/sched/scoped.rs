@@ -108,9 +108,10 @@ where
     let out_slot = CallerSlot(&mut out as *mut Option<T>);
     let set_on_drop = SetOnDrop(ended.clone());
     let body: Box<dyn FnOnce() + Send + 'a> = Box::new(move || {
-        let _ended = set_on_drop; // invariant 2: dropped last
-                                  // SAFETY: invariant 3: the caller's frame is alive until `_ended` drops, and only this
-                                  // task touches `f` meanwhile (the caller waits).
+        // Invariant 2: the first local, dropped last.
+        let _ended = set_on_drop;
+        // SAFETY: invariant 3: the caller's frame is alive until `_ended` drops, and only this
+        // task touches `f` meanwhile (the caller waits).
         let f = unsafe { (*f_slot.get()).take() }.expect("weft: block_on's closure taken twice");
         let value = f();
         // SAFETY: as above, for `out`; the caller reads it only after `join` returned, which
