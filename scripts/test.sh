@@ -6,8 +6,8 @@
 #      (weft/tests/layering.rs: no `crate::` path of weft/src names a layer above its own,
 #      weft/src/lib.rs "Layers") and the stack layer built and tested on its own
 #      (weft/tests/stack_alone.rs);
-#   3. the `interpose` feature's tests (weft/tests/interpose_*.rs) and the `log` feature's
-#      (weft/tests/monitor_log.rs);
+#   3. the `interpose` feature's tests (weft/tests/interpose_*.rs, and the README's snippets
+#      again) and the `log` feature's (weft/tests/monitor_log.rs);
 #   4. the loom model checks of weft's lock-free protocols (src/tests/loom_*.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +22,8 @@ cargo test --workspace
 # binaries: the feature replaces libc functions for the whole process.
 cargo test -p weft --features interpose --test interpose_sleep --test interpose_net \
   --test interpose_ureq --test interpose_redis --test interpose_cancel
+# The README's snippets (doc tests) with the feature its "Blocking crates" snippet is about.
+cargo test -p weft --features interpose --doc ReadmeDoctests
 
 # The monitor's reports through the `log` crate (weft feature `log`, off by default).
 cargo test -p weft --features log --test monitor_log

@@ -45,6 +45,7 @@ mod symbolize;
 pub(crate) mod trace;
 
 pub use crate::observe::backtrace::{Backtrace, Frame};
+pub use crate::observe::report::TaskState;
 pub use crate::observe::sigquit::SigquitAction;
 pub use http::{serve, serve_with, DebugServer, EndpointLimits, MAX_REQUEST};
 pub use signal::install_sigquit;
@@ -54,7 +55,8 @@ use std::panic::Location;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::observe::capture::{DumpRequest, WorkerDump};
+use crate::observe::capture::{DumpRequest, DumpTarget, RunningTask, WorkerDump};
+use crate::observe::report::{CancelledTask, UnfinishedTasks};
 pub use crate::park::ParkReason;
 use crate::sched::Shared;
 
@@ -69,30 +71,6 @@ fn live_runtimes() -> Vec<Arc<Shared>> {
         .into_iter()
         .filter(|shared| !shared.shutdown.load(std::sync::atomic::Ordering::Relaxed))
         .collect()
-}
-
-/// What a task was doing when the dump saw it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum TaskState {
-    /// Running on its worker: the task that called the dump, or the task a worker was
-    /// running when it did not answer (a long computation, a blocking call, or a task that
-    /// parked while panicking and so blocks its thread). No backtrace for the latter.
-    Running,
-    /// Ready to run: woken, yielded, or never started.
-    Runnable,
-    /// Parked, waiting for its [`TaskDump::reason`].
-    Parked,
-}
-
-impl TaskState {
-    /// The label: `running`, `runnable` or `parked`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TaskState::Running => "running",
-            TaskState::Runnable => "runnable",
-            TaskState::Parked => "parked",
-        }
-    }
 }
 
 /// One task in a [`Dump`].
@@ -182,6 +160,11 @@ impl Dump {
 /// Dumps every task of every live runtime in this process (invariant 1). Callable from a
 /// task (it parks while the workers answer; its own worker answers once it has parked) or
 /// from a plain thread (it blocks).
+///
+/// ```
+/// let text = weft::run(|| weft::debug::dump().full());
+/// assert!(text.starts_with("weft task dump: "));
+/// ```
 pub fn dump() -> Dump {
     dump_with_timeout(ANSWER_TIMEOUT)
 }
@@ -190,7 +173,9 @@ pub fn dump() -> Dump {
 pub fn dump_with_timeout(answer_timeout: Duration) -> Dump {
     let started = Instant::now();
     let caller = crate::task::try_current().map(|t| t.id().as_u64());
-    let raw = collect(answer_timeout);
+    let runtimes = live_runtimes();
+    let targets: Vec<&dyn DumpTarget> = runtimes.iter().map(|r| &**r as &dyn DumpTarget).collect();
+    let raw = collect(&targets, answer_timeout);
     let mut dump = if crate::sched::current_task().is_some() {
         // Invariant 3: symbolizing may parse debug info for a second or more.
         match crate::task::try_spawn_blocking(move || symbolize::build(raw, caller)) {
@@ -215,13 +200,6 @@ pub(crate) struct RawDump {
     /// For workers that did not answer: id, name, site of the running task, and live count.
     stuck: Vec<(usize, usize, Option<RunningTask>, usize)>,
     injected: usize,
-}
-
-/// What a stuck worker's `Remote` says it runs.
-pub(crate) struct RunningTask {
-    id: u64,
-    name: Option<Arc<str>>,
-    site: &'static Location<'static>,
 }
 
 /// A message from a worker to a dump's requester.
@@ -252,21 +230,24 @@ impl DumpRequest for Request {
     }
 }
 
-fn collect(answer_timeout: Duration) -> RawDump {
-    let runtimes = live_runtimes();
+/// Asks every worker of `runtimes` for its tasks and gathers the answers (invariants 1, 2).
+fn collect(runtimes: &[&dyn DumpTarget], answer_timeout: Duration) -> RawDump {
     let (tx, rx) = crate::chan::unbounded::<Answer>();
     let mut slots = Vec::new();
     let mut workers = Vec::new();
     let mut injected = 0;
-    for (r, shared) in runtimes.iter().enumerate() {
-        workers.push(shared.remotes.len());
-        injected += shared.injector.len();
-        for remote in &shared.remotes {
-            remote.request_dump(Box::new(Request {
-                slot: slots.len(),
-                answer: tx.clone(),
-            }));
-            slots.push((r, remote.clone()));
+    for (r, runtime) in runtimes.iter().enumerate() {
+        workers.push(runtime.workers());
+        injected += runtime.injected();
+        for worker in 0..runtime.workers() {
+            runtime.request_dump(
+                worker,
+                Box::new(Request {
+                    slot: slots.len(),
+                    answer: tx.clone(),
+                }),
+            );
+            slots.push((r, worker, *runtime));
         }
     }
     let mut taken = vec![false; slots.len()];
@@ -299,35 +280,60 @@ fn collect(answer_timeout: Duration) -> RawDump {
         stuck: Vec::new(),
         injected,
     };
-    for ((r, remote), answer) in slots.into_iter().zip(answers) {
+    for ((r, worker, runtime), answer) in slots.into_iter().zip(answers) {
         match answer {
-            Some(dump) => raw.answers.push((r, remote.index, Some(dump))),
+            Some(dump) => raw.answers.push((r, worker, Some(dump))),
             None => {
-                let running = remote.running_task();
-                let live = remote.live.load(std::sync::atomic::Ordering::Relaxed);
-                raw.stuck.push((r, remote.index, running, live));
+                let running = runtime.running_task(worker);
+                raw.stuck
+                    .push((r, worker, running, runtime.live_tasks(worker)));
             }
         }
     }
     raw
 }
 
-impl crate::sched::Remote {
-    /// The task this worker is resuming now, as its monitor fields say (a moment stale).
-    fn running_task(&self) -> Option<RunningTask> {
-        use std::sync::atomic::Ordering;
-        let id = self.running_id.load(Ordering::Relaxed);
-        let site = self.running_site.load(Ordering::Relaxed);
-        if id == 0 || site.is_null() {
-            return None;
+/// The unfinished tasks of one runtime, for [`Runtime::shutdown_timeout`]'s report
+/// (sched/shutdown.rs invariant 1): at most `limit` started tasks with their names, spawn sites
+/// and states, how many started tasks there were in all, and how many never started. A dump's
+/// capture without its symbolizing (nothing here needs a backtrace).
+///
+/// [`Runtime::shutdown_timeout`]: crate::Runtime::shutdown_timeout
+pub(crate) fn unfinished_tasks(runtime: &dyn DumpTarget, limit: usize) -> UnfinishedTasks {
+    let raw = collect(&[runtime], ANSWER_TIMEOUT);
+    let mut listed = Vec::new();
+    let mut started = 0;
+    let mut unstarted = raw.injected;
+    for (_, _, answer) in &raw.answers {
+        let Some(answer) = answer else { continue };
+        unstarted += answer.unstarted;
+        started += answer.tasks.len();
+        for task in answer.tasks.iter().take(limit.saturating_sub(listed.len())) {
+            let state = if task.parked {
+                TaskState::Parked
+            } else {
+                TaskState::Runnable
+            };
+            listed.push(CancelledTask {
+                id: task.id,
+                name: task.name.clone(),
+                spawn_site: task.spawn_site,
+                state,
+                reason: task.reason.filter(|_| task.parked),
+            });
         }
-        // SAFETY: `running_site` only ever holds a `&'static Location` (runtime.rs).
-        let site: &'static Location<'static> = unsafe { &*site };
-        let name = self
-            .running_name
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        Some(RunningTask { id, name, site })
     }
+    for (_, _, running, live) in raw.stuck {
+        started += live.max(usize::from(running.is_some()));
+        if let Some(running) = running.filter(|_| listed.len() < limit) {
+            listed.push(CancelledTask {
+                id: running.id,
+                name: running.name,
+                spawn_site: running.site,
+                state: TaskState::Running,
+                reason: None,
+            });
+        }
+    }
+    (listed, started, unstarted)
 }

@@ -3,7 +3,8 @@
 //!
 //! Owns: [`Capture`] (one per answering worker, written by each captured task in turn, on the
 //! worker's thread), [`WorkerDump`] (the answer, handed to each requester), and the
-//! [`DumpRequest`] interface a requester implements.
+//! [`DumpRequest`] interface a requester implements, and the [`DumpTarget`] a runtime is to
+//! a requester.
 //!
 //! Invariants:
 //! 1. A capture is written only by the task the worker resumed with it, between that resume
@@ -322,6 +323,29 @@ impl WorkerDumpBuilder {
     pub(crate) fn finish(self) -> WorkerDump {
         self.dump
     }
+}
+
+/// A runtime, as a dump asks it (sched/dump.rs implements it for the runtime's shared state):
+/// the seam names no type of the scheduler's.
+pub(crate) trait DumpTarget: Send + Sync {
+    /// Its workers, numbered from 0.
+    fn workers(&self) -> usize;
+    /// Never-started tasks in its injector (they have no stack yet).
+    fn injected(&self) -> usize;
+    /// Queues `request` on worker `worker`, which answers it between two of its tasks.
+    fn request_dump(&self, worker: usize, request: Box<dyn DumpRequest>);
+    /// What worker `worker` is running, as its monitor fields say (a moment stale): for a
+    /// worker that did not answer.
+    fn running_task(&self, worker: usize) -> Option<RunningTask>;
+    /// Its live (started, unfinished) tasks.
+    fn live_tasks(&self, worker: usize) -> usize;
+}
+
+/// A task a worker is running, as its monitor fields say.
+pub(crate) struct RunningTask {
+    pub(crate) id: u64,
+    pub(crate) name: Option<Arc<str>>,
+    pub(crate) site: &'static Location<'static>,
 }
 
 /// A dump request queued on one worker (`Remote::request_dump`): made by `debug`, answered by

@@ -14,9 +14,10 @@
 //! Invariants:
 //! 1. This layer names nothing above `park`: the runtime calls into it, the observers read
 //!    from it or install what it calls (a trace's recorder, a dump's request).
-//! 2. What a runtime's build sets off above it — the SIGQUIT dump, the interposed libc calls
-//!    — it reaches through [`observers`], which the crate root defines: no layer below the
-//!    root names those layers.
+//! 2. What the runtime sets off above it — at a build, the SIGQUIT dump and the interposed
+//!    libc calls; at a graceful shutdown that runs out of time, the listing of what it
+//!    cancels — it reaches through [`observers`], which the crate root defines: no layer
+//!    below the root names those layers.
 //!
 //! May call: `park` (a reason), what the observers installed (a trace's recorder, a dump's
 //! request, the functions lib.rs wires in). Called by: `sched` (trace events, the monitor,
@@ -31,6 +32,7 @@
 
 pub(crate) mod backtrace;
 pub(crate) mod capture;
+pub(crate) mod report;
 pub(crate) mod sigquit;
 pub(crate) mod trace;
 
@@ -38,6 +40,8 @@ use std::io;
 use std::panic::Location;
 use std::sync::Arc;
 
+use capture::DumpTarget;
+use report::UnfinishedTasks;
 use sigquit::SigquitAction;
 
 /// A task, as a report names it (sched/task/mod.rs `Header` implements it): the seam names
@@ -59,6 +63,10 @@ pub(crate) struct Observers {
     /// Keeps the interposed libc functions linked and resolves them (interpose/mod.rs
     /// `init`, with the `interpose` feature; else nothing).
     pub(crate) init_interpose: fn(),
+    /// The unfinished tasks of a runtime whose graceful shutdown ran out of time: at most
+    /// the given number listed, then how many started and never-started tasks there were
+    /// (debug/mod.rs `unfinished_tasks`, a dump's capture without its symbolizing).
+    pub(crate) unfinished_tasks: fn(&dyn DumpTarget, usize) -> UnfinishedTasks,
 }
 
 extern "Rust" {

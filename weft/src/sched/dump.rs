@@ -31,18 +31,21 @@
 //!
 //! May call: the seam (`record`, the requests' answers), `stack` (a restore before a
 //! capture, and the requeue of a compacted stack after one). Called by: queue.rs (a request
-//! found between tasks), park.rs (`suspend`, when the header asks for a capture).
+//! found between tasks), park.rs (`suspend`, when the header asks for a capture), and
+//! `debug` through the seam's `DumpTarget`, which the runtime's `Shared` is here.
 
+use std::panic::Location;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 
 use corosensei::CoroutineResult;
 
+use super::runtime::Shared;
 use super::task::{Header, RunState, Suspend};
 use super::worker::Worker;
-use crate::observe::capture::{self, ParkSite};
+use crate::observe::capture::{self, DumpRequest, DumpTarget, ParkSite, RunningTask};
 use crate::park::ParkReason;
-use crate::stack::{self};
+use crate::stack;
 
 /// "Capturing a parked task" step 2: records, then switches out again, as long as the worker
 /// resumes this task for captures; returns at the first resume to run.
@@ -117,5 +120,41 @@ impl Worker {
         }
         drop(live);
         capture::answer(requests, builder.finish());
+    }
+}
+
+/// A runtime as a dump asks it (observe/capture.rs): its workers' `Remote`s.
+impl DumpTarget for Shared {
+    fn workers(&self) -> usize {
+        self.remotes.len()
+    }
+
+    fn injected(&self) -> usize {
+        self.injector.len()
+    }
+
+    fn request_dump(&self, worker: usize, request: Box<dyn DumpRequest>) {
+        self.remotes[worker].request_dump(request);
+    }
+
+    fn running_task(&self, worker: usize) -> Option<RunningTask> {
+        let remote = &self.remotes[worker];
+        let id = remote.running_id.load(Ordering::Relaxed);
+        let site = remote.running_site.load(Ordering::Relaxed);
+        if id == 0 || site.is_null() {
+            return None;
+        }
+        // SAFETY: `running_site` only ever holds a `&'static Location` (runtime.rs).
+        let site: &'static Location<'static> = unsafe { &*site };
+        let name = remote
+            .running_name
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        Some(RunningTask { id, name, site })
+    }
+
+    fn live_tasks(&self, worker: usize) -> usize {
+        self.remotes[worker].live.load(Ordering::Relaxed)
     }
 }

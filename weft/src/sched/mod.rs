@@ -68,6 +68,10 @@ pub(crate) mod profile;
 #[cfg(not(loom))]
 mod queue;
 #[cfg(not(loom))]
+mod scoped;
+#[cfg(not(loom))]
+mod shutdown;
+#[cfg(not(loom))]
 mod spawn;
 #[cfg(not(loom))]
 pub(crate) mod stats;
@@ -129,6 +133,8 @@ mod runtime;
 #[cfg(not(loom))]
 pub use monitor::{BlockedOn, MonitorReport, StuckActivity};
 #[cfg(not(loom))]
+pub(crate) use runtime::Shared;
+#[cfg(not(loom))]
 pub use runtime::{EnterGuard, Handle, Runtime, RuntimeBuilder, DEFAULT_TIMER_SLACK};
 #[cfg(not(loom))]
-pub(crate) use runtime::{Remote, Shared};
+pub use shutdown::{CancelledTask, ShutdownReport};
