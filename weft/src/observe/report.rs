@@ -8,6 +8,9 @@
 //!
 //! May call: `park` (a reason). Called by: `debug` (dumps, the shutdown listing), the
 //! runtime's shutdown report (sched/shutdown.rs).
+//!
+//! Why in the seam: the runtime's shutdown report lists its tasks in the words a dump uses,
+//! and the runtime names no observer (lib.rs, "Layers").
 
 use std::fmt;
 use std::panic::Location;

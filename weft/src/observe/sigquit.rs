@@ -9,6 +9,9 @@
 //!    ([`action_from_env`]).
 //!
 //! May call: nothing. Called by: `RuntimeBuilder` (sched/runtime.rs), debug/signal.rs.
+//!
+//! Why in the seam: the runtime's builder takes the action and reads `WEFT_SIGQUIT` as it
+//! starts, below `debug`, which only carries it out.
 
 use std::io;
 

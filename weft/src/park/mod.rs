@@ -9,6 +9,10 @@
 //!
 //! May call: `loom`. Called by: `sched` (every park and wake), `observe` (a reason in a
 //! trace or dump), everything above that parks.
+//!
+//! Why the protocol alone: it is what a park and its unpark race on, shared by the
+//! scheduler, every waker and the loom models (src/tests/loom_park.rs), and it names nothing
+//! above it, so it is model-checked as it is.
 
 mod reason;
 pub(crate) mod state;

@@ -33,6 +33,9 @@
 //! capture, and the requeue of a compacted stack after one). Called by: queue.rs (a request
 //! found between tasks), park.rs (`suspend`, when the header asks for a capture), and
 //! `debug` through the seam's `DumpTarget`, which the runtime's `Shared` is here.
+//!
+//! Why capture on the workers, and by resuming the task: debug/mod.rs and
+//! observe/capture.rs say so (a started task's stack is touched on its own thread only).
 
 use std::panic::Location;
 use std::ptr::NonNull;

@@ -29,6 +29,10 @@
 //! deadline's entry), dump.rs (a capture asked for at a resume), task/locals.rs (a bound
 //! context's cancellation). Called by: `task` (join, park, yield), `sync`, `chan`, `time`,
 //! `net`, `context`, `interpose`, and the reactor and blocking pool here.
+//!
+//! Why here and not in park/: only the worker can switch a task out, and a park reads the
+//! worker's clock, timers and shutdown flag; park/ keeps the protocol a park and its unpark
+//! race on, which names nothing above it and is model-checked as it is (src/tests/loom_*.rs).
 
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;

@@ -15,6 +15,9 @@
 //! May call: the worker's queues, `Remote`, `stack` (prefetches of a parked stack), the
 //! seam's trace events, dump.rs (a request found between tasks). Called by: worker.rs (the
 //! loop, `idle`), task/mod.rs (a wake: `schedule_woken`).
+//!
+//! Why: started tasks are never stolen (sched/mod.rs says why); the measurements behind
+//! `run_next`, the prefetch pipeline and the lasting-load rules are in the functions' docs.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;

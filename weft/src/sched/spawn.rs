@@ -16,6 +16,11 @@
 //! May call: task/ (`Header::new`, the cell), the worker's deque and `Remote::place`, the
 //! injector, `stack` (slots), the seam's trace events. Called by: `task` (`Builder::spawn`,
 //! `weft::spawn`), runtime.rs (`Handle::spawn`, `Handle::enter`).
+//!
+//! Why a spawn stays on its worker's own deque unless another worker holds far fewer tasks:
+//! short-lived tasks stay local and cheap, and a started task never moves, so lasting load
+//! is balanced where tasks start (`less_loaded_worker`); why another worker is woken once
+//! per burst, not per spawn: idle.rs, "Spawns".
 
 use std::cell::RefCell;
 use std::io;

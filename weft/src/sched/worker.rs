@@ -25,6 +25,9 @@
 //! May call: the task core (task/), `stack` (slots, the switch, parked stacks), the reactor
 //! (io.rs), the seam's trace events and clock. Called by: runtime.rs (a worker thread's
 //! body), and the files above, which read the current worker.
+//!
+//! Why one OS thread per worker whose started tasks never leave it: sched/mod.rs (a started
+//! task may hold thread-local addresses and `!Send` values).
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};

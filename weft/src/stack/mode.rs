@@ -14,6 +14,10 @@
 //! May call: `uffd.rs` and `region.rs` (what the kernel offers), `switch.rs` (the margin),
 //! `restore.rs` (the fork handlers it registers). Called by: `region.rs` (a new region),
 //! `parked.rs`, `compact.rs` and `restore.rs` (the counters), `weft::metrics`, the runtime.
+//!
+//! Why one decision per process: a region registered with userfaultfd stays registered and
+//! its compacted slots are restored through it, so the mode cannot change under parked
+//! stacks.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;

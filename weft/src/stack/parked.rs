@@ -14,6 +14,10 @@
 //! May call: `compact.rs` (runs to compact), `restore.rs`, `switch.rs` (the margin),
 //! `region.rs`, `mode.rs` (counters). Called by: the scheduler (a park, a resume, a
 //! capture, a worker's stack step), `mod.rs` (`Slot`).
+//!
+//! Why a queue per worker: only a task's own worker may touch its stack while the task is
+//! switched out (sched/task/mod.rs invariant 1), so each worker shrinks its own parked tasks,
+//! a batch at each of its stack steps, rather than anyone scanning every task.
 
 use std::cell::Cell;
 use std::collections::VecDeque;

@@ -14,6 +14,9 @@
 //! worker's restore before a resume), `uffd.rs` (the fault thread), `mod.rs` (the prefill
 //! of a fresh slot), `compact.rs` (the locks), `chan` (`restore_if_compacted`), the fork
 //! handlers `mode.rs` registers.
+//!
+//! Why `UFFDIO_COPY` and not plain writes, and why per-slot spin locks: compact.rs ("Why not
+//! the alternatives") and `LOCKS` (the contention measured with fewer locks).
 
 use std::alloc::{self, Layout};
 use std::cell::RefCell;
