@@ -37,10 +37,17 @@
 //!   sync (Mutex, WaitGroup…)  ─┼─► park
 //!   time (sleep, after, tick) ─┘
 //!   context (Context, bind)   ──► chan, park, task
+//!   future (block_on)         ──► park, task
 //!   task (spawn, JoinHandle, Builder) ─┐
 //!   park (Waiter, park/wake protocol) ─┼─► sched (Runtime, workers, queues) ─► stack (slots, guards, overflow)
 //!   metrics (snapshot, stack profile: sums what sched and stack count; its counters call nothing)
 //! ```
+//!
+//! # Async code
+//! [`future::block_on`] polls a future on a task's own stack and parks the task while it is
+//! pending. The other way, a [`JoinHandle`] is a future (`IntoFuture`), so async code can
+//! hand blocking work to a task and await it, and channels have `send_async`, `recv_async`
+//! and a stream.
 //!
 //! # Blocking code you did not write
 //! With the `interpose` cargo feature, the blocking libc calls that std and sync crates make
@@ -78,6 +85,8 @@ pub(crate) mod chan_spin_lock;
 pub mod context;
 #[cfg(not(loom))]
 pub mod debug;
+#[cfg(not(loom))]
+pub mod future;
 #[cfg(all(feature = "interpose", not(loom)))]
 pub mod interpose;
 #[cfg(loom)]

@@ -27,12 +27,15 @@ pub use reason::ParkReason;
 #[cfg(not(loom))]
 use crate::task::Task;
 
-/// Whoever waits: a task, or a plain OS thread.
+/// Whoever waits: a task, a plain OS thread, or a future (an awaited `JoinHandle`).
 #[cfg(not(loom))]
 #[derive(Debug, Clone)]
 pub(crate) enum Waiter {
     Task(Task),
     Thread(std::thread::Thread),
+    /// Only where a wait is polled as a future (task/join.rs); `Waiter::current` never
+    /// makes one.
+    Waker(std::task::Waker),
 }
 
 #[cfg(not(loom))]
@@ -55,6 +58,7 @@ impl Waiter {
         match self {
             Waiter::Task(task) => task.unpark(),
             Waiter::Thread(thread) => thread.unpark(),
+            Waiter::Waker(waker) => waker.wake_by_ref(),
         }
     }
 }

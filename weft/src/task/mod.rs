@@ -42,7 +42,7 @@ mod join;
 pub(crate) mod local;
 
 pub(crate) use alloc::trim_idle as trim_cells_idle;
-pub use join::JoinHandle;
+pub use join::{JoinFuture, JoinHandle};
 pub use local::LocalKey;
 
 use std::cell::{Cell, UnsafeCell};
