@@ -41,7 +41,9 @@
 //!    cancellation alone (`woken` still clear) parks again, which unwinds; a task whose
 //!    future was woken polls it once more first, so a future that completed keeps its result.
 //!
-//! May call: `park`, `task`, `sched` (the cooperative budget). Called by: users.
+//! May call: `park`, `task`, `sched` (the cooperative budget), `tokio` (feature `tokio`: to
+//! leave the tokio contexts its polls entered before parking). Called by: users, `tokio`,
+//! `chan` (nothing: its futures are polled by whoever awaits them).
 //!
 //! Why a flag per `block_on` rather than the task's park token alone: the token is shared by
 //! every wait of the task, and a nested wait inside the poll may take it — the outer wake
@@ -211,9 +213,14 @@ pub(crate) fn run<F: Future + ?Sized>(
     }
 }
 
-/// Parks the caller for `reason` until woken or `deadline`.
+/// Parks the caller for `reason` until woken or `deadline`. With the `tokio` feature, the
+/// tokio contexts that the caller's own polls entered (a `block_on` nested in a future that
+/// `weft::tokio::block_on` polls) are left for the park and entered again after it, so no
+/// tokio `EnterGuard` is held across it.
 #[inline]
 fn park(deadline: Option<Instant>, reason: ParkReason) {
+    #[cfg(feature = "tokio")]
+    let _entered = crate::tokio::context::Suspended::leave();
     match deadline {
         Some(deadline) => crate::park::park_current_until(deadline, reason),
         None => crate::park::park_current(reason),

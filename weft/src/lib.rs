@@ -37,7 +37,7 @@
 //!   sync (Mutex, WaitGroup…)  ─┼─► park
 //!   time (sleep, after, tick) ─┘
 //!   context (Context, bind)   ──► chan, park, task
-//!   future (block_on)         ──► park, task
+//!   future (block_on), tokio (feature: block_on, spawn_future) ──► park, task, sched
 //!   task (spawn, JoinHandle, Builder) ─┐
 //!   park (Waiter, park/wake protocol) ─┼─► sched (Runtime, workers, queues) ─► stack (slots, guards, overflow)
 //!   metrics (snapshot, stack profile: sums what sched and stack count; its counters call nothing)
@@ -45,9 +45,11 @@
 //!
 //! # Async code
 //! [`future::block_on`] polls a future on a task's own stack and parks the task while it is
-//! pending. The other way, a [`JoinHandle`] is a future (`IntoFuture`), so async code can
-//! hand blocking work to a task and await it, and channels have `send_async`, `recv_async`
-//! and a stream.
+//! pending; with the `tokio` cargo feature, `weft::tokio::block_on` also enters a tokio
+//! runtime around each poll, so reqwest, sqlx, tonic and `tokio::net` work in tasks. The other
+//! way, a [`JoinHandle`] is a future (`IntoFuture`), so async code can hand blocking work to a
+//! task and await it, and channels have `send_async`, `recv_async` and a stream
+//! (docs/async.md).
 //!
 //! # Blocking code you did not write
 //! With the `interpose` cargo feature, the blocking libc calls that std and sync crates make
@@ -121,6 +123,8 @@ pub(crate) mod sync_waitgroup;
 pub mod task;
 #[cfg(not(loom))]
 pub mod time;
+#[cfg(all(feature = "tokio", not(loom)))]
+pub mod tokio;
 
 #[cfg(not(loom))]
 pub use sched::{EnterGuard, Handle, Runtime, RuntimeBuilder, DEFAULT_TIMER_SLACK};

@@ -56,6 +56,8 @@ pub(crate) mod stats;
 #[cfg(not(loom))]
 mod worker;
 
+#[cfg(all(not(loom), feature = "tokio"))]
+pub(crate) use worker::current_tokio_bridge;
 #[cfg(all(not(loom), feature = "interpose"))]
 pub(crate) use worker::{cancellation_as_error, caught_cancellation};
 #[cfg(not(loom))]

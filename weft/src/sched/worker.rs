@@ -555,6 +555,15 @@ pub(crate) fn current_compute_pool<'a>() -> Option<&'a super::compute::Pool> {
     Some(&current_worker()?.shared.compute)
 }
 
+/// The tokio bridge of the runtime the running task belongs to (`weft::tokio`); `None` on a
+/// plain thread. Borrowed like `current_compute_pool`: the worker holds its runtime's state
+/// for as long as any of its tasks can run.
+#[cfg(feature = "tokio")]
+pub(crate) fn current_tokio_bridge<'a>() -> Option<&'a crate::tokio::Bridge> {
+    current_header()?;
+    Some(&current_worker()?.shared.tokio)
+}
+
 /// Drops the closure of a task that never started and tells its joiner; a no-op for a task
 /// that did start. The caller holds `task` exclusively: it popped it from a queue.
 pub(crate) fn cancel_unstarted(task: &Task) {
