@@ -2,10 +2,12 @@
 # The whole test suite, as CI runs it (.ci/run) and as a fresh machine runs it:
 #   1. installs the Go toolchain the comparison tests use (tests that need it print
 #      "skipped: <reason>" when it cannot be had);
-#   2. every crate's unit, integration and doc tests;
+#   2. every crate's unit, integration and doc tests (weft with its `tokio` feature, which
+#      weft-bench turns on);
 #   3. the `interpose` feature's tests (weft/tests/interpose_*.rs) and the `log` feature's
 #      (weft/tests/monitor_log.rs);
-#   4. the loom model checks of weft's lock-free protocols (src/tests/loom_*.rs).
+#   4. the async bridge against real clients and servers (tests/async-bridge), optimized;
+#   5. the loom model checks of weft's lock-free protocols (src/tests/loom_*.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,7 +15,7 @@ if ! scripts/install-go.sh >/dev/null; then
   echo "test: no Go toolchain could be installed; Go-dependent tests will report themselves skipped"
 fi
 
-cargo test --workspace
+cargo test --workspace --exclude weft-async-tests
 
 # The interposed libc calls (weft feature `interpose`, off by default), in their own test
 # binaries: the feature replaces libc functions for the whole process.
@@ -22,6 +24,13 @@ cargo test -p weft --features interpose --test interpose_sleep --test interpose_
 
 # The monitor's reports through the `log` crate (weft feature `log`, off by default).
 cargo test -p weft --features log --test monitor_log
+
+# The async bridge (weft features `tokio` and `futures`) with reqwest, tokio-postgres, tonic and
+# hyper (tests/async-bridge, crate weft-async-tests: its heavy dependencies stay out of weft's
+# own test builds). Built optimized: each test times a 5 ms ticker on the weft runtime under
+# load. They install and start a PostgreSQL server through scripts/install-postgres.sh and
+# scripts/postgres-server.sh, and print "skipped: <reason>" where it cannot be had.
+cargo test --release -p weft-async-tests
 
 LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test -p weft --lib --release loom
