@@ -26,8 +26,8 @@ pub const README_BEGIN: &str =
 pub const README_END: &str = "<!-- weft-bench:end -->";
 
 /// The sections in report order.
-pub const ORDER: [&str; 7] = [
-    "probe", "cost", "echo", "growth", "sleepers", "fairness", "wake",
+pub const ORDER: [&str; 8] = [
+    "probe", "cost", "echo", "growth", "sleepers", "fairness", "wake", "bridge",
 ];
 
 /// One experiment's part of the report.
