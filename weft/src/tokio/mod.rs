@@ -45,10 +45,11 @@
 //! request pays one cross-thread wake per wake of its future (tokio's reactor or timer thread
 //! unparks the task) and nothing else; spawned, it pays a tokio spawn, tokio's own wakes and
 //! one cross-thread wake at the end. Measured by `weft-bench bridge` (100 units back to back,
-//! peers alternated in the same run, 2 vCPUs, medians of 5 runs): CPU per request for one
-//! tokio timer, inline 1.93 µs against spawned 3.14 µs (a tokio task: 0.73 µs); for one
-//! loopback TCP round trip, inline 4.09 µs against spawned 5.19 µs (a tokio task: 2.04 µs).
-//! Inline is also the only one of the two that takes `!Send` and borrowing futures.
+//! peers alternated in the same run, 2 vCPUs, medians of 5 runs, two runs): CPU per request
+//! for one tokio timer, inline 1.93–1.96 µs against spawned 3.02–3.14 µs (a tokio task:
+//! 0.68–0.73 µs); for one loopback TCP round trip, inline 4.09–5.41 µs against spawned
+//! 5.19–5.37 µs (a tokio task: 2.04–2.43 µs), within this machine's noise. Inline is also the
+//! only one of the two that takes `!Send` and borrowing futures.
 //! A future woken many times by tokio's threads for one output (a long stream drained to
 //! its end) keeps those wakes on tokio when spawned, which `spawn_future` is for (not
 //! measured here). The gap to a tokio task is the cross-thread
