@@ -4,8 +4,8 @@
 #      "skipped: <reason>" when it cannot be had);
 #   2. every crate's unit, integration and doc tests (weft with its `tokio` feature, which
 #      weft-bench turns on);
-#   3. the `interpose` feature's tests (weft/tests/interpose_*.rs) and the `log` feature's
-#      (weft/tests/monitor_log.rs);
+#   3. the `interpose` feature's tests (weft/tests/interpose_*.rs, and the README's snippets
+#      again) and the `log` feature's (weft/tests/monitor_log.rs);
 #   4. the async bridge against real clients and servers (tests/async-bridge), optimized;
 #   5. the loom model checks of weft's lock-free protocols (src/tests/loom_*.rs).
 set -euo pipefail
@@ -21,6 +21,8 @@ cargo test --workspace --exclude weft-async-tests
 # binaries: the feature replaces libc functions for the whole process.
 cargo test -p weft --features interpose --test interpose_sleep --test interpose_net \
   --test interpose_ureq --test interpose_redis --test interpose_cancel
+# The README's snippets (doc tests) with the feature its "Blocking crates" snippet is about.
+cargo test -p weft --features interpose --doc ReadmeDoctests
 
 # The monitor's reports through the `log` crate (weft feature `log`, off by default).
 cargo test -p weft --features log --test monitor_log

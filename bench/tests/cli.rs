@@ -160,6 +160,11 @@ fn every_subcommand_runs_at_tiny_sizes_and_writes_the_report() {
             report.contains("stack growth"),
             "Go's stack-growth share is missing"
         );
+        assert!(
+            report.contains("| go, stack applied | ")
+                && !report.contains("| go, stack applied | failed"),
+            "the Go row with the starting stack applied is missing or failed"
+        );
     } else {
         assert!(report.contains("skipped: no Go toolchain"));
     }
@@ -175,25 +180,35 @@ fn every_subcommand_runs_at_tiny_sizes_and_writes_the_report() {
         assert!(all_report.contains(title), "`all` did not run {title:?}");
     }
 
-    // `readme` replaces the block between the markers in a copy of the README, twice alike.
+    // `docs` replaces the blocks between the markers in copies of docs/performance.md and the
+    // README, twice alike.
+    let page = out.join("performance.md");
     let readme = out.join("README.md");
+    std::fs::copy(weft_bench::repo_root().join("docs/performance.md"), &page).unwrap();
     std::fs::copy(weft_bench::repo_root().join("README.md"), &readme).unwrap();
     let report_path = out.join("report.md");
     let args = [
-        "readme",
+        "docs",
         "--report",
         report_path.to_str().unwrap(),
+        "--page",
+        page.to_str().unwrap(),
         "--readme",
         readme.to_str().unwrap(),
     ];
-    ok(&weft_bench(&args, &[], limit), "readme");
-    let once = read(&readme);
+    ok(&weft_bench(&args, &[], limit), "docs");
+    let (page_once, readme_once) = (read(&page), read(&readme));
     assert!(
-        once.contains("Measured by `weft-bench`"),
-        "the README block was not regenerated"
+        page_once.contains("Measured by `weft-bench`"),
+        "the performance page's block was not regenerated"
     );
-    ok(&weft_bench(&args, &[], limit), "readme again");
-    assert_eq!(read(&readme), once, "readme is not idempotent");
+    assert!(
+        readme_once.contains("Medians measured by `weft-bench` on"),
+        "the README's headline table was not regenerated"
+    );
+    ok(&weft_bench(&args, &[], limit), "docs again");
+    assert_eq!(read(&page), page_once, "docs is not idempotent");
+    assert_eq!(read(&readme), readme_once, "docs is not idempotent");
     let _ = std::fs::remove_dir_all(&out);
     let _ = std::fs::remove_dir_all(&all);
 }

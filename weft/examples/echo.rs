@@ -11,16 +11,15 @@
 //!
 //! On SIGINT or SIGTERM it stops accepting (the accept loop is bound to a [`Context`] that
 //! the signal cancels), gives the open connections [`GRACE`] to finish
-//! (`Runtime::shutdown_timeout`), cancels those still open then, and exits 0 with one line on
+//! (`Runtime::shutdown_timeout`), cancels those still open then, and exits 0 with its report on
 //! stderr. A connection is not bound to the context: its request in flight is answered.
 
 use std::io::{self, Write};
 use std::time::Duration;
 
-use signal_hook::consts::{SIGINT, SIGTERM};
-use signal_hook::iterator::Signals;
 use weft::context::Context;
 use weft::net::{TcpListener, TcpStream};
+use weft::signal::{Signals, SIGINT, SIGTERM};
 
 const BUFFER: usize = 16 * 1024;
 /// How long the open connections get to finish after SIGINT or SIGTERM.
@@ -38,7 +37,7 @@ fn main() {
 /// (tests/graceful_sigterm.rs).
 pub fn run(addr: &str) {
     // From here on SIGINT and SIGTERM no longer end the process: they queue for `signals`.
-    let mut signals = Signals::new([SIGINT, SIGTERM])
+    let signals = Signals::new(&[SIGINT, SIGTERM])
         .unwrap_or_else(|e| fail(&format!("cannot handle SIGINT and SIGTERM: {e}")));
     // A server holds one descriptor per connection: soft RLIMIT_NOFILE up to the hard one.
     let _ = weft::net::raise_fd_limit();
@@ -54,11 +53,11 @@ pub fn run(addr: &str) {
     let addr = addr.to_string();
     // Cancelling `stop` unwinds the parked `accept` (or backoff sleep) out of `serve`.
     let server = runtime.spawn(move || accepting.bind(|| serve(&addr)));
-    signals.forever().next();
+    signals.recv();
     stop.cancel();
     let _ = server.join();
-    let clean = runtime.shutdown_timeout(GRACE);
-    eprintln!("echo: stopped; every connection finished in time: {clean}");
+    let report = runtime.shutdown_timeout(GRACE);
+    eprintln!("echo: stopped; {report}");
 }
 
 fn serve(addr: &str) {

@@ -1,23 +1,23 @@
-//! A TCP echo server with cancellation and graceful shutdown on SIGINT or SIGTERM.
+// A TCP echo server that stops on SIGINT or SIGTERM: no new connections, 5 s for the open ones.
 use std::io::{Read, Write};
-
-use signal_hook::{consts::*, iterator::Signals};
+use std::time::Duration;
 use weft::context::Context;
+use weft::signal::{Signals, SIGINT, SIGTERM};
 
 fn main() -> std::io::Result<()> {
     let rt = weft::Runtime::new()?;
-    let mut signals = Signals::new([SIGINT, SIGTERM])?;
+    let signals = Signals::new(&[SIGINT, SIGTERM])?; // from now on they queue here
     let addr = std::env::args().nth(1).unwrap_or("127.0.0.1:7000".into());
     let listener = weft::net::TcpListener::bind(addr)?;
     eprintln!("echo on {}", listener.local_addr()?);
     let stop = Context::new();
     let accepting = stop.clone();
-    // Bound to `stop`: its `cancel()` ends the parked `accept` and the loop.
-    let server = rt.spawn(move || {
+    rt.spawn(move || {
+        // Bound to `stop`: its cancel() ends the parked accept, and the loop.
         accepting.bind(|| -> std::io::Result<()> {
             loop {
                 let (mut conn, _) = listener.accept()?;
-                // Not bound: a connection in flight goes on until it ends or the grace ends.
+                // Not bound: a connection goes on until it ends or the grace period does.
                 weft::spawn(move || {
                     let mut buf = [0u8; 4096];
                     while let Ok(n @ 1..) = conn.read(&mut buf) {
@@ -29,11 +29,9 @@ fn main() -> std::io::Result<()> {
             }
         })
     });
-    signals.forever().next(); // the first SIGINT or SIGTERM: stop accepting
-    stop.cancel(); // the accept loop ends with Err(ContextError::Cancelled)
-    assert!(server.join().unwrap().is_err());
-    // Connections get 5 s to finish; then the rest are cancelled (destructors run).
-    let clean = rt.shutdown_timeout(std::time::Duration::from_secs(5));
-    eprintln!("stopped; every connection finished in time: {clean}");
+    signals.recv(); // the first SIGINT or SIGTERM
+    stop.cancel(); // stop accepting
+    let report = rt.shutdown_timeout(Duration::from_secs(5)); // then cancel what is left
+    eprintln!("stopped; {report}"); // it names each task it cancelled
     Ok(())
 }

@@ -17,16 +17,15 @@
 //! the signal cancels), answers the requests in flight, each with `Connection: close` (as
 //! Go's `Server.Shutdown` turns keep-alive off), gives the open connections [`GRACE`] to
 //! finish (`Runtime::shutdown_timeout`), cancels those still open then (idle keep-alive
-//! ones wait that long), and exits 0 with one line on stderr.
+//! ones wait that long), and exits 0 with its report on stderr.
 
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use signal_hook::consts::{SIGINT, SIGTERM};
-use signal_hook::iterator::Signals;
 use weft::context::Context;
 use weft::net::{TcpListener, TcpStream};
+use weft::signal::{Signals, SIGINT, SIGTERM};
 
 /// The largest request head accepted.
 const MAX_HEAD: usize = 16 * 1024;
@@ -45,7 +44,7 @@ fn main() {
         .unwrap_or_else(|| "127.0.0.1:8080".to_string());
     let runtime = weft::Runtime::new().unwrap_or_else(|e| fail(&format!("cannot start: {e}")));
     // Before the listener exists, so that a signal sent once it listens is caught.
-    let mut signals = Signals::new([SIGINT, SIGTERM])
+    let signals = Signals::new(&[SIGINT, SIGTERM])
         .unwrap_or_else(|e| fail(&format!("cannot catch SIGINT and SIGTERM: {e}")));
     let listener =
         TcpListener::bind(&addr).unwrap_or_else(|e| fail(&format!("cannot listen on {addr}: {e}")));
@@ -56,12 +55,12 @@ fn main() {
     let accepting = stop.clone();
     // Cancelling `stop` unwinds the parked `accept` out of `serve`.
     let server = runtime.spawn(move || accepting.bind(|| serve(listener)));
-    signals.forever().next();
+    signals.recv();
     DRAINING.store(true, Ordering::Relaxed);
     stop.cancel();
     let _ = server.join();
-    let clean = runtime.shutdown_timeout(GRACE);
-    eprintln!("http: stopped; every connection finished in time: {clean}");
+    let report = runtime.shutdown_timeout(GRACE);
+    eprintln!("http: stopped; {report}");
 }
 
 fn fail(message: &str) -> ! {

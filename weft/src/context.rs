@@ -125,6 +125,19 @@ impl From<ContextError> for std::io::Error {
 /// (module doc). Dropping every clone does not cancel it, as in Go; call [`cancel`].
 ///
 /// [`cancel`]: Context::cancel
+///
+/// ```
+/// use std::time::Duration;
+/// use weft::context::{Context, ContextError};
+/// weft::run(|| {
+///     // A request with a deadline, and a child for one step of it with a shorter one.
+///     let request = Context::with_timeout(Duration::from_secs(5));
+///     let step = request.child_with_timeout(Duration::from_millis(10));
+///     let (_tx, rx) = weft::chan::bounded::<u32>(0);
+///     assert_eq!(step.bind(|| rx.recv()), Err(ContextError::DeadlineExceeded));
+///     assert_eq!(request.err(), None); // the parent goes on
+/// });
+/// ```
 #[derive(Clone)]
 pub struct Context {
     inner: Arc<Inner>,

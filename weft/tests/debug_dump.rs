@@ -649,3 +649,52 @@ fn a_task_parked_with_a_nearly_full_stack_is_dumped_without_walking_it() {
         drop(rt);
     });
 }
+
+#[test]
+fn the_grouped_dump_names_the_tasks_of_each_group() {
+    common::within(Duration::from_secs(60), || {
+        let rt = weft::Runtime::builder().workers(1).build().unwrap();
+        let (tx, rx) = weft::chan::bounded::<()>(0);
+        let named = |name: String| weft::task::Builder::new().name(name);
+        let rx1 = rx.clone();
+        let stats = named("stats-42".into())
+            .spawn_on(&rt.handle(), move || wait_chan_recv(rx1))
+            .unwrap();
+        let conns: Vec<_> = (0..5)
+            .map(|i| {
+                let rx = rx.clone();
+                named(format!("conn-42-{i}"))
+                    .spawn_on(&rt.handle(), move || wait_chan_recv(rx))
+                    .unwrap()
+            })
+            .collect();
+        let mut grouped = String::new();
+        for _ in 0..100 {
+            grouped = weft::debug::dump().grouped();
+            if grouped.contains("5 task(s) \"conn-42-") {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            grouped.contains("1 task(s) \"stats-42\": parked [chan receive], spawned at"),
+            "{grouped}"
+        );
+        let line = grouped
+            .lines()
+            .find(|l| l.starts_with("5 task(s) \"conn-42-"))
+            .unwrap_or_else(|| panic!("no group of the five conn tasks:\n{grouped}"));
+        // Three names shown, the other two counted: one line, however many tasks.
+        assert_eq!(line.matches("\"conn-42-").count(), 3, "{line}");
+        assert!(
+            line.contains(" and 2 more named: parked [chan receive]"),
+            "{line}"
+        );
+        drop(tx);
+        drop(rx);
+        for h in conns.into_iter().chain([stats]) {
+            common::join_within(h, Duration::from_secs(10)).unwrap();
+        }
+        drop(rt);
+    });
+}

@@ -1,5 +1,6 @@
 //! The debug page in a real browser: headless Chromium loads `/`, lets it poll for a few
-//! seconds, and the rendered DOM shows the task count `/metrics` reports. Skipped, with a
+//! seconds, and the rendered DOM shows the task count `/metrics` reports and a spawn site whose
+//! tasks all still run as such (not as "max 0 B"). Skipped, with a
 //! printed reason, where Chromium is missing (`scripts/install-chromium.sh` installs it).
 
 mod common;
@@ -116,6 +117,13 @@ fn the_page_in_headless_chromium_shows_the_task_count_of_metrics() {
         );
         assert!(shown >= 40, "{shown}");
         assert!(samples >= 2, "the page polled only {samples} time(s)");
+        // The 40 tasks' site: none has ended, so it has no sampled figure yet, and says so
+        // instead of "max 0 B".
+        assert!(
+            dom.contains("still running: measured as each one ends"),
+            "no running site in the per-site panel:\n{dom}"
+        );
+        assert!(!dom.contains("max 0 B"), "{dom}");
 
         let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("debug-page.png");
         let mut screenshot = headless(&browser, &url);

@@ -6,7 +6,7 @@ use std::io::Read;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use weft::sched::{MonitorReport, StuckActivity};
+use weft::sched::{BlockedOn, MonitorReport, StuckActivity};
 
 fn runtime(workers: usize) -> (weft::Runtime, mpsc::Receiver<MonitorReport>) {
     let (tx, rx) = mpsc::channel();
@@ -20,6 +20,14 @@ fn runtime(workers: usize) -> (weft::Runtime, mpsc::Receiver<MonitorReport>) {
         .build()
         .unwrap();
     (rt, rx)
+}
+
+/// `report` is of a task blocked in a system call that waits on `what`.
+fn assert_waits_on(report: &MonitorReport, what: BlockedOn) {
+    match report.activity {
+        StuckActivity::Syscall { waits_on, .. } => assert_eq!(waits_on, what, "{report}"),
+        _ => panic!("expected a system call: {report}"),
+    }
 }
 
 fn next_report(rx: &mpsc::Receiver<MonitorReport>) -> MonitorReport {
@@ -50,7 +58,9 @@ fn a_compute_loop_is_reported_as_computing_by_name() {
     let text = report.to_string();
     assert!(text.contains("\"number-cruncher\""), "{text}");
     assert!(
-        text.contains("computing") && text.contains("yield_now"),
+        text.contains("computing")
+            && text.contains("yield_now")
+            && text.contains("weft::task::compute"),
         "{text}"
     );
 }
@@ -118,9 +128,28 @@ fn a_blocking_std_net_read_is_reported_with_its_system_call() {
         }
         other => panic!("expected a system call, got {other:?}: {report}"),
     }
+    assert_waits_on(&report, BlockedOn::Socket);
     let text = report.to_string();
     assert!(text.contains("blocked in the kernel"), "{text}");
-    assert!(text.contains("spawn_blocking"), "{text}");
+    // The fix for a sync crate's socket calls: the feature that makes them park.
+    assert!(
+        text.contains("weft::net") && text.contains("`interpose` cargo feature"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_std_thread_sleep_is_reported_with_the_interpose_feature_as_the_fix() {
+    let (rt, rx) = runtime(1);
+    let h = rt.spawn(|| std::thread::sleep(Duration::from_millis(200)));
+    let report = next_report(&rx);
+    h.join().unwrap();
+    assert_waits_on(&report, BlockedOn::Sleep);
+    let text = report.to_string();
+    assert!(
+        text.contains("weft::time::sleep") && text.contains("`interpose` cargo feature"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -146,4 +175,50 @@ fn a_std_mutex_contended_by_two_tasks_of_one_worker_is_reported_as_a_futex_wait(
         "{text}"
     );
     std::mem::forget(rt);
+}
+
+#[test]
+fn short_blocking_socket_calls_are_caught_though_each_is_under_the_threshold() {
+    // A sync client's round trips, each 2 ms (a tenth of the threshold): step 2 never fires,
+    // yet the worker spends most of its time blocked in the kernel.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut byte = [0u8; 1];
+        while s.read_exact(&mut byte).is_ok() {
+            std::thread::sleep(Duration::from_millis(2));
+            if std::io::Write::write_all(&mut s, &byte).is_err() {
+                break;
+            }
+        }
+    });
+    let (rt, rx) = runtime(1);
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let client_done = done.clone();
+    let client = rt.spawn(move || {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        let started = std::time::Instant::now();
+        while !client_done.load(std::sync::atomic::Ordering::Relaxed)
+            && started.elapsed() < Duration::from_secs(10)
+        {
+            std::io::Write::write_all(&mut s, b"x").unwrap();
+            let mut byte = [0u8; 1];
+            s.read_exact(&mut byte).unwrap();
+            // Park now and then, so the task never runs past the threshold in one go.
+            weft::yield_now();
+        }
+    });
+    let report = next_report(&rx);
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    client.join().unwrap();
+    server.join().unwrap();
+    assert!(report.caught_blocking, "{report}");
+    assert_waits_on(&report, BlockedOn::Socket);
+    let text = report.to_string();
+    eprintln!("{text}");
+    assert!(
+        text.contains("caught it in a blocking call") && text.contains("`interpose` cargo feature"),
+        "{text}"
+    );
 }

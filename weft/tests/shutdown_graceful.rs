@@ -48,10 +48,11 @@ fn shutdown_timeout_lets_work_in_flight_finish_and_cancels_the_rest_at_the_deadl
     let handle = rt.handle();
     let start = Instant::now();
     let grace = Duration::from_millis(300);
-    let finished = within(LIMIT, move || rt.shutdown_timeout(grace));
+    let report = within(LIMIT, move || rt.shutdown_timeout(grace));
     let took = start.elapsed();
-    println!("shutdown_timeout({grace:?}) with 10 stuck tasks returned after {took:?}");
-    assert!(!finished, "reported every task finished");
+    println!("shutdown_timeout({grace:?}) with 10 stuck tasks returned after {took:?}: {report}");
+    assert!(!report.finished_in_time(), "reported every task finished");
+    assert_eq!(report.cancelled(), 10, "{report}");
     assert!(took >= grace, "returned before its deadline: {took:?}");
     assert!(
         took < grace + Duration::from_secs(2),
@@ -83,10 +84,12 @@ fn shutdown_timeout_returns_as_soon_as_every_task_finished() {
         rt.spawn(|| weft::time::sleep(Duration::from_millis(30)));
     }
     let start = Instant::now();
-    let finished = within(LIMIT, move || rt.shutdown_timeout(Duration::from_secs(5)));
+    let report = within(LIMIT, move || rt.shutdown_timeout(Duration::from_secs(5)));
     let took = start.elapsed();
-    println!("shutdown_timeout(5 s) with 30 ms of work returned after {took:?}");
-    assert!(finished);
+    println!("shutdown_timeout(5 s) with 30 ms of work returned after {took:?}: {report}");
+    assert!(report.finished_in_time(), "{report}");
+    assert_eq!(report.cancelled(), 0);
+    assert!(report.cancelled_tasks().is_empty());
     assert!(took >= Duration::from_millis(25), "did not wait: {took:?}");
     assert!(
         took < Duration::from_secs(2),
@@ -111,7 +114,11 @@ fn spawns_are_refused_during_the_grace_period() {
         .spawn_on(&handle, || ())
         .map(drop);
     let from_task = rx.recv_timeout(LIMIT).unwrap();
-    assert!(shutdown.join().unwrap(), "the grace period did not end");
+    let report = shutdown.join().unwrap();
+    assert!(
+        report.finished_in_time(),
+        "the grace period did not end: {report}"
+    );
     for (what, result) in [("outside", from_outside), ("task", from_task)] {
         let err = result.expect_err(what);
         assert!(
@@ -120,4 +127,98 @@ fn spawns_are_refused_during_the_grace_period() {
             "{what}: {err}"
         );
     }
+}
+
+#[test]
+fn the_report_names_the_cancelled_tasks_and_their_spawn_sites() {
+    let rt = weft::Runtime::builder().workers(2).build().unwrap();
+    let (_tx, rx) = weft::chan::bounded::<()>(0);
+    let here = std::panic::Location::caller().file();
+    // A named background loop nobody stopped, and two unnamed tasks stuck in a receive.
+    weft::task::Builder::new()
+        .name("stats ticker")
+        .spawn_on(&rt.handle(), || loop {
+            weft::time::sleep(Duration::from_millis(5));
+        })
+        .unwrap();
+    for _ in 0..2 {
+        let rx = rx.clone();
+        rt.spawn(move || {
+            let _ = rx.recv();
+        });
+    }
+    let report = within(LIMIT, move || {
+        rt.shutdown_timeout(Duration::from_millis(100))
+    });
+    println!("{report}");
+    assert!(!report.finished_in_time());
+    assert_eq!(report.cancelled(), 3, "{report}");
+    assert_eq!(report.never_started(), 0, "{report}");
+    let listed = report.cancelled_tasks();
+    assert_eq!(listed.len(), 3, "{report}");
+    assert!(
+        listed.iter().all(|t| t.spawn_site.file() == here),
+        "{report}"
+    );
+    let ticker = listed
+        .iter()
+        .find(|t| t.name.as_deref() == Some("stats ticker"))
+        .unwrap_or_else(|| panic!("the ticker is not named: {report}"));
+    assert_ne!(ticker.state, weft::debug::TaskState::Running, "{report}");
+    let receivers = listed.iter().filter(|t| t.name.is_none()).count();
+    assert_eq!(receivers, 2, "{report}");
+    let text = report.to_string();
+    assert!(
+        text.starts_with("3 task(s) cancelled when the grace period of 100.0ms ended:"),
+        "{text}"
+    );
+    assert!(text.contains(" \"stats ticker\" "), "{text}");
+    assert!(
+        text.contains(" parked [chan receive], spawned at "),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_report_lists_a_bounded_number_of_tasks_and_counts_them_all() {
+    let rt = weft::Runtime::builder().workers(2).build().unwrap();
+    let (_tx, rx) = weft::chan::bounded::<()>(0);
+    let stuck = weft::ShutdownReport::MAX_LISTED + 36;
+    for _ in 0..stuck {
+        let rx = rx.clone();
+        rt.spawn(move || {
+            let _ = rx.recv();
+        });
+    }
+    let report = within(LIMIT, move || {
+        rt.shutdown_timeout(Duration::from_millis(100))
+    });
+    assert_eq!(report.cancelled(), stuck, "{report}");
+    assert_eq!(
+        report.cancelled_tasks().len(),
+        weft::ShutdownReport::MAX_LISTED
+    );
+    assert!(report.to_string().ends_with("\n  and 36 more"), "{report}");
+}
+
+#[test]
+fn a_loop_bound_to_the_stopped_context_does_not_hold_the_grace_period() {
+    let rt = weft::Runtime::builder().workers(2).build().unwrap();
+    let stop = weft::context::Context::new();
+    let ticker = stop.clone();
+    rt.spawn(move || {
+        let _ = ticker.bind(|| loop {
+            weft::time::sleep(Duration::from_millis(5));
+        });
+    });
+    weft::time::sleep(Duration::from_millis(20));
+    stop.cancel();
+    let start = Instant::now();
+    let report = within(LIMIT, move || rt.shutdown_timeout(Duration::from_secs(10)));
+    assert!(report.finished_in_time(), "{report}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
 }

@@ -18,6 +18,7 @@ pub fn colour(peer: &str) -> RGBColor {
     match peer {
         "weft" => RGBColor(214, 72, 28),
         "go" => RGBColor(0, 139, 196),
+        "go, stack applied" => RGBColor(110, 190, 225),
         "tokio" => RGBColor(126, 87, 170),
         "uring" => RGBColor(46, 139, 87),
         _ => RGBColor(110, 110, 110),

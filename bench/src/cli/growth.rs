@@ -10,7 +10,11 @@
 //! thread stack. Figures: requests/s and CPU per request. The Go peer writes a CPU profile of
 //! every measured run, and `weft-gostack analyze` (its library: the same code) reads each
 //! with the Go binary: the share of CPU in stack growth and the starting stack size that
-//! would have avoided it.
+//! would have avoided it. A fourth peer, `go, stack applied`, runs the same Go binary after
+//! `weft-gostack apply` (its library) wrote that recommendation into a copy of it (taken from
+//! the Go peer's warm-up profile, or a calibration run where that profile is too short to
+//! hold a growth sample), with the GODEBUG `apply` prints: what the recommendation buys a Go
+//! service without a patched runtime.
 //!
 //! May call: `runner`, `weft_gostack` (its library), `chart`, `report`.
 //!
@@ -18,8 +22,8 @@
 //! fresh goroutine pays the growth again; this is the pattern (a goroutine per request or
 //! connection with a deep handler) where golang/go#18138 found the copying cost.
 
-use std::cell::Cell;
-use std::path::PathBuf;
+use std::cell::{Cell, RefCell};
+use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
@@ -81,30 +85,77 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
     let go_exe = go_program("growth");
     let profiles_dir = ctx.out.join("growth-profiles");
     let round = Cell::new(0usize);
+    let last_profile: RefCell<Option<PathBuf>> = RefCell::new(None);
+    // One run of a Go binary with the CPU profiler; its figures carry `analyze`'s reading.
+    let profiled = |exe: &Path,
+                    label: &str,
+                    env: &[(&str, String)],
+                    requests: usize|
+     -> Result<Value, String> {
+        std::fs::create_dir_all(&profiles_dir)
+            .map_err(|e| format!("{}: {e}", profiles_dir.display()))?;
+        let profile = profiles_dir.join(format!("{label}-cpu-{}.pprof", round.get()));
+        round.set(round.get() + 1);
+        let mut cmd = Cmd::new(
+            exe,
+            &args![
+                "-requests",
+                requests,
+                "-inflight",
+                inflight,
+                "-cpuprofile",
+                profile.display()
+            ],
+        );
+        cmd.env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        let mut v = run_json(&cmd)?;
+        match analyze(exe, &profile) {
+            Ok(a) => v["gostack"] = a,
+            Err(e) => v["gostack_error"] = json!(e),
+        }
+        v["profile"] = json!(profile.display().to_string());
+        Ok(v)
+    };
     let go_run = go_exe.clone().map(|exe| {
-        let dir = profiles_dir.clone();
-        let round = &round;
+        let (profiled, last_profile) = (&profiled, &last_profile);
         Box::new(move || {
-            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            let profile: PathBuf = dir.join(format!("go-cpu-{}.pprof", round.get()));
-            round.set(round.get() + 1);
-            let cmd = Cmd::new(
-                &exe,
-                &args![
-                    "-requests",
-                    n,
-                    "-inflight",
-                    inflight,
-                    "-cpuprofile",
-                    profile.display()
-                ],
-            );
-            let mut v = run_json(&cmd)?;
-            match analyze(&exe, &profile) {
-                Ok(a) => v["gostack"] = a,
-                Err(e) => v["gostack_error"] = json!(e),
+            let v = profiled(&exe, "go", &[], n)?;
+            *last_profile.borrow_mut() = v["profile"].as_str().map(PathBuf::from);
+            Ok(v)
+        }) as RunOnce<'_>
+    });
+    // The same binary with the starting stack `weft-gostack apply` writes: analyze's
+    // recommendation for the Go peer's latest profile (its warm-up's, as the Go peer warms
+    // up first), applied once to a copy, run with the GODEBUG `apply` prints. Where that
+    // profile holds no growth sample (tiny sizes: a few milliseconds of profile), a
+    // calibration run of the quick size gives one.
+    let sized: RefCell<Option<(PathBuf, u64)>> = RefCell::new(None);
+    let applied_run = go_exe.clone().map(|exe| {
+        let (profiled, last_profile, sized) = (&profiled, &last_profile, &sized);
+        Box::new(move || {
+            if sized.borrow().is_none() {
+                let from_last = last_profile
+                    .borrow()
+                    .as_deref()
+                    .ok_or_else(|| "the Go peer did not run".to_string())
+                    .and_then(|p| apply_stack(&exe, p));
+                let applied = match from_last {
+                    Ok(a) => a,
+                    Err(_) => {
+                        let calibration = profiled(&exe, "go-calibration", &[], 300_000)?;
+                        let profile = calibration["profile"].as_str().unwrap_or_default();
+                        apply_stack(&exe, Path::new(profile))?
+                    }
+                };
+                *sized.borrow_mut() = Some(applied);
             }
-            v["profile"] = json!(profile.display().to_string());
+            let (copy, start) = sized.borrow().clone().expect("set above");
+            let godebug = weft_gostack::godebug::merge("", &weft_gostack::godebug::RUN_SETTINGS);
+            let mut v = profiled(&copy, "go-applied", &[("GODEBUG", godebug)], n)?;
+            v["start_bytes"] = json!(start);
             Ok(v)
         }) as RunOnce<'_>
     });
@@ -115,6 +166,10 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
             run: go_run,
         },
         Program::command("tokio", me("tokio")),
+        Program {
+            peer: APPLIED,
+            run: applied_run,
+        },
     ];
     let case = json!({"requests": n, "inflight": inflight, "frames": [128, 512, 1024, 2600, 4096, 6144, 3000]});
     let outs = runner::alternate(ctx, &pb, "growth", case, programs);
@@ -198,6 +253,8 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
         _ => format!("Go's stack-growth share: {}", go.missing()),
     };
     markdown += &format!("\n{growth_text}\n");
+    let applied_text = applied_text(&outs[3], go);
+    markdown += &format!("\n{applied_text}\n");
     if let (Ok(exe), Some(_)) = (&go_exe, gostack("growth_share")) {
         if let Ok(text) = analyze_text(exe, std::path::Path::new(&profile)) {
             markdown += &format!(
@@ -206,7 +263,7 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
             );
         }
     }
-    let summary = table(&head, &rows) + &format!("\n{growth_text}\n");
+    let summary = table(&head, &rows) + &format!("\n{growth_text}\n\n{applied_text}\n");
 
     let chart_name = "growth.svg";
     chart::bars(
@@ -237,6 +294,66 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
         charts: vec![chart_name.into()],
         raw: Vec::new(),
     })
+}
+
+/// The peer that runs the Go binary with the starting stack `weft-gostack apply` wrote.
+const APPLIED: &str = "go, stack applied";
+
+/// Writes analyze's recommended starting stack for `profile` into a copy of `exe`, as
+/// `weft-gostack apply --from-profile` does: returns the copy and the size.
+fn apply_stack(exe: &Path, profile: &Path) -> Result<(PathBuf, u64), String> {
+    use weft_gostack::{analyze, apply, binary, pprof};
+    let b = binary::load(exe).map_err(|e| e.to_string())?;
+    let p = pprof::load(profile).map_err(|e| e.to_string())?;
+    let a = analyze::analyze(&b, &p, &analyze::Options::default())
+        .map_err(|e| format!("{}: {e}", profile.display()))?;
+    let size = a
+        .recommendation
+        .map(|r| r.size)
+        .ok_or_else(|| format!("{}: no stack growth to size for", profile.display()))?;
+    let data = std::fs::read(exe).map_err(|e| format!("{}: {e}", exe.display()))?;
+    let applied =
+        apply::apply(&data, size, false).map_err(|p| p.in_file(exe.display()).to_string())?;
+    let copy = exe.with_extension("sized");
+    apply::write_new(exe, &copy, &applied.bytes).map_err(|e| e.to_string())?;
+    Ok((copy, size))
+}
+
+/// The sentence under the table about the applied stack: its size, its requests/s against
+/// the plain Go binary's (per neighbouring pair), and what is left of stack growth.
+fn applied_text(applied: &crate::cli::runner::Outcome, go: &crate::cli::runner::Outcome) -> String {
+    let Some(rps) = applied.summary("requests_per_sec") else {
+        return format!("Go with the stack applied: {}", applied.missing());
+    };
+    let first = |key: &str| {
+        applied
+            .runs
+            .iter()
+            .flatten()
+            .find_map(|r| r.get(key)?.as_f64())
+    };
+    let growth: Vec<f64> = applied
+        .runs
+        .iter()
+        .flatten()
+        .filter_map(|r| r.get("gostack")?.get("growth_share")?.as_f64())
+        .collect();
+    let growth = Summary::of(&growth).map_or("unknown".into(), |s| {
+        format!("{}%", cell(Some(scale(s, 100.0))))
+    });
+    format!(
+        "`{APPLIED}`: the same Go binary after `weft-gostack apply` wrote the recommended \
+         starting stack ({} KiB, analyze's recommendation from a profile of the plain Go binary) \
+         into a copy, run with \
+         `GODEBUG=adaptivestackstart=0,gcshrinkstackoff=1`: {} requests/s, {} the plain Go \
+         binary's; its CPU in stack growth: **{growth}**.",
+        num(first("start_bytes").unwrap_or(0.0) / 1024.0),
+        cell(Some(rps)),
+        ratio_cell(Summary::of_ratios(
+            &applied.field("requests_per_sec"),
+            &go.field("requests_per_sec"),
+        ))
+    )
 }
 
 fn scale(s: Summary, k: f64) -> Summary {

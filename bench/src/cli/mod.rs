@@ -8,7 +8,8 @@
 //! weft-bench sleepers | fairness | wake      (timers, weft's fairness, compacted wakes)
 //! weft-bench bridge                          async Rust from tasks (weft::tokio) vs tokio
 //! weft-bench all [--quick]                   all eight (--quick: under 10 minutes on 2 vCPUs)
-//! weft-bench readme [--report R] [--readme README.md]   regenerate README's performance part
+//! weft-bench docs [--report R] [--page P] [--readme R]   regenerate docs/performance.md's tables
+//!                                                         and the README's headline figures
 //! ```
 //!
 //! Every experiment runs each program once unmeasured, then alternates the peers run by run
@@ -104,12 +105,17 @@ enum Command {
     Bridge(Wrap),
     /// Every experiment above, then the report.
     All(Wrap),
-    /// Rewrite README.md's performance section from a report's summary block.
-    Readme {
+    /// Rewrite docs/performance.md's tables and README.md's headline figures from a report's
+    /// summary block (`readme` is its old name).
+    #[command(alias = "readme")]
+    Docs {
         /// The report (default: target/weft-bench/report.md).
         #[arg(long)]
         report: Option<PathBuf>,
-        /// The README to rewrite (default: the repository's README.md).
+        /// The performance page to rewrite (default: the repository's docs/performance.md).
+        #[arg(long)]
+        page: Option<PathBuf>,
+        /// The README whose headline table to rewrite (default: the repository's README.md).
         #[arg(long)]
         readme: Option<PathBuf>,
     },
@@ -231,12 +237,18 @@ pub fn main(cli: Cli) -> Result<(), String> {
         Command::Wake(w) => run_experiments("wake", w.common),
         Command::Bridge(w) => run_experiments("bridge", w.common),
         Command::All(w) => run_experiments("all", w.common),
-        Command::Readme { report, readme } => {
+        Command::Docs {
+            report,
+            page,
+            readme,
+        } => {
             let report = report.unwrap_or_else(|| default_out().join("report.md"));
+            let page = page.unwrap_or_else(|| crate::repo_root().join("docs/performance.md"));
             let readme = readme.unwrap_or_else(|| crate::repo_root().join("README.md"));
-            report::readme(&report, &readme)?;
+            report::docs(&report, &page, &readme)?;
             println!(
-                "{}: performance section regenerated from {}",
+                "{} and {}'s headline figures regenerated from {}",
+                page.display(),
                 readme.display(),
                 report.display()
             );

@@ -13,6 +13,7 @@
 //! goroutine stack. On arm64 the link register is saved inside the frame the SP delta
 //! already counts.
 
+use crate::buildinfo::BuildInfo;
 use crate::error::{ParseResult, Problem};
 use crate::pclntab::{self, Table};
 use object::{Architecture, Object, ObjectSection};
@@ -112,7 +113,6 @@ pub struct GoBinary {
 }
 
 const PCLNTAB_SECTIONS: [&str; 3] = [".gopclntab", ".data.rel.ro.gopclntab", "__gopclntab"];
-const BUILDINFO_MAGIC: &[u8] = b"\xff Go buildinf:";
 
 impl GoBinary {
     /// Decodes a Go executable held in memory.
@@ -202,15 +202,10 @@ impl GoBinary {
             .as_ref()
             .and_then(|f| f.build_id().ok().flatten())
             .map(hex);
-        let buildinfo = file
-            .as_ref()
-            .and_then(|f| f.section_by_name(".go.buildinfo"))
-            .and_then(|s| s.data().ok())
-            .filter(|d| d.starts_with(BUILDINFO_MAGIC))
-            .or_else(|| find(data, BUILDINFO_MAGIC).map(|o| &data[o..]));
+        let buildinfo = BuildInfo::of_executable(data, file.as_ref());
         Ok(GoBinary {
             arch,
-            go_version: buildinfo.and_then(go_version),
+            go_version: buildinfo.map(|b| b.version),
             pclntab_versions: table.header.go_versions(),
             pclntab_location: location,
             build_id,
@@ -299,33 +294,8 @@ fn find_magic(d: &[u8]) -> Option<usize> {
     })
 }
 
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-/// Reads the Go version from a `.go.buildinfo` blob (Go 1.18+ inline-string form: a
-/// 32-byte header whose flags byte has bit 1 set, then a varint-prefixed version).
-fn go_version(d: &[u8]) -> Option<String> {
-    let flags = *d.get(15)?;
-    if flags & 2 == 0 {
-        return None;
-    }
-    let mut p = d.get(32..)?;
-    let mut len: usize = 0;
-    for i in 0..3 {
-        let b = *p.first()?;
-        p = &p[1..];
-        len |= usize::from(b & 0x7f) << (7 * i);
-        if b & 0x80 == 0 {
-            break;
-        }
-    }
-    let v = std::str::from_utf8(p.get(..len)?).ok()?;
-    (v.starts_with("go") || v.starts_with("devel")).then(|| v.to_string())
 }
 
 #[cfg(test)]
@@ -359,16 +329,5 @@ mod tests {
     fn non_go_input_says_so() {
         let e = GoBinary::parse(b"#!/bin/sh\necho hello\n").unwrap_err();
         assert!(e.message().starts_with("not a Go binary"), "{e}");
-    }
-
-    #[test]
-    fn reads_inline_build_info_version() {
-        let mut d = BUILDINFO_MAGIC.to_vec();
-        d.extend([8u8, 2]);
-        d.resize(32, 0);
-        d.push(8);
-        d.extend(b"go1.27.3");
-        d.push(0);
-        assert_eq!(go_version(&d).as_deref(), Some("go1.27.3"));
     }
 }

@@ -1,11 +1,14 @@
 //! Rendering: text for people, JSON for machines.
 //!
-//! This module owns every byte the commands print on stdout. Text output names no file
-//! paths, section names or build IDs, so the same inputs give the same report whether the
-//! binary is stripped, PIE or neither.
+//! This module owns every byte the commands print on stdout. The `frames` and `analyze`
+//! text names no file paths, section names or build IDs, so the same inputs give the same
+//! report whether the binary is stripped, PIE or neither; `apply` and `verify` name the
+//! file, the address and the section they read or wrote, which is their point.
 
 use crate::analyze::{Analysis, Chain, Share};
+use crate::apply::{Applied, Found, Inspection, FIXED_STACK, FUNC, VAR};
 use crate::binary::GoBinary;
+use crate::godebug;
 use serde::Serialize;
 use std::fmt::Write;
 
@@ -261,6 +264,182 @@ pub fn analysis(a: &Analysis, top: usize, json: bool) -> String {
         );
     }
     out
+}
+
+/// How a sized binary is to be run: the GODEBUG it needs, merged into `existing` (the
+/// service's own GODEBUG), and the command line.
+pub fn run_line(i: &Inspection, existing: &str, program: &str) -> String {
+    let needs: &[(&str, &str)] = if i.neutralised {
+        &godebug::RUN_SETTINGS[1..]
+    } else {
+        &godebug::RUN_SETTINGS
+    };
+    format!(
+        "GODEBUG={} {}",
+        godebug::shell_quote(&godebug::merge(existing, needs)),
+        godebug::shell_quote(program)
+    )
+}
+
+fn site(i: &Inspection) -> String {
+    format!(
+        "{VAR} at {:#x} (file offset {:#x}{}), found by {}; {} store{} to it in {FUNC}",
+        i.var_address,
+        i.var_offset,
+        i.var_section
+            .as_ref()
+            .map_or(String::new(), |s| format!(", {s}")),
+        match i.found {
+            Found::SymbolAndCode => "the code, and the symbol agrees",
+            Found::Code => "the code (no symbol table)",
+        },
+        i.stores,
+        if i.stores == 1 { "" } else { "s" }
+    )
+}
+
+/// The `apply` command's output: what was written and how to run it.
+pub fn applied(a: &Applied, output: &str, existing_godebug: &str, from: &str) -> String {
+    let mut out = String::new();
+    let (b, n) = (&a.before, &a.after);
+    let _ = writeln!(
+        out,
+        "wrote {output}: goroutines start with {} instead of {} ({})",
+        bytes(n.size.into()),
+        bytes(b.size.into()),
+        from
+    );
+    let _ = writeln!(out, "  {} {}; {}", b.go_version, b.arch.name(), site(b));
+    if n.neutralised {
+        let _ = writeln!(
+            out,
+            "  {FUNC} returns at its entry now ({:#x}, file offset {:#x}): the GC no longer \
+             recomputes the size, and the /gc/stack/starting-size:bytes metric stays at {}",
+            n.func_address, n.func_offset, n.size
+        );
+    }
+    let program = if output.contains('/') {
+        output.to_string()
+    } else {
+        format!("./{output}")
+    };
+    let _ = writeln!(
+        out,
+        "run it with:\n  {}",
+        run_line(n, existing_godebug, &program)
+    );
+    if n.neutralised {
+        out += "  (the size holds without GODEBUG; gcshrinkstackoff=1 also keeps the GC from \
+                halving stacks that reused goroutines would grow again)\n";
+    } else {
+        out += "  (without adaptivestackstart=0 the runtime resets the size at the first GC; \
+                apply --no-adaptive removes that need)\n";
+    }
+    let _ = writeln!(
+        out,
+        "the input is untouched; check the copy with: weft-gostack verify --binary {}",
+        godebug::shell_quote(output)
+    );
+    out
+}
+
+/// The `verify` command's output.
+pub fn verified(i: &Inspection, existing_godebug: &str, program: &str, json: bool) -> String {
+    if json {
+        return serde_json::to_string_pretty(i).unwrap_or_default() + "\n";
+    }
+    let mut out = String::new();
+    let state = if i.size == FIXED_STACK {
+        "the runtime's default: not applied"
+    } else {
+        "applied"
+    };
+    let _ = writeln!(out, "binary          {} {}", i.go_version, i.arch.name());
+    let _ = writeln!(
+        out,
+        "starting stack  {} ({} B), {state}",
+        bytes(i.size.into()),
+        i.size
+    );
+    let _ = writeln!(out, "                {}", site(i));
+    if i.neutralised {
+        let _ = writeln!(
+            out,
+            "recomputation   neutralised: {FUNC} returns at its entry, the size holds \
+             without GODEBUG"
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "recomputation   active: the GC rewrites the size unless the program runs with \
+             adaptivestackstart=0"
+        );
+    }
+    if i.size != FIXED_STACK {
+        let _ = writeln!(
+            out,
+            "run it with     {}",
+            run_line(i, existing_godebug, program)
+        );
+    }
+    out
+}
+
+/// The Go file that sets the starting stack in a rebuilt program (the build-flag route).
+pub fn go_file(size: u64) -> String {
+    format!(
+        "package main\n\
+         \n\
+         import _ \"unsafe\" // for go:linkname\n\
+         \n\
+         // startingStackSize is the Go runtime's starting goroutine stack size\n\
+         // (runtime/stack.go), set by weft-gostack apply --print-build-flags. Building\n\
+         // this file needs -ldflags=-checklinkname=0.\n\
+         //\n\
+         //go:linkname startingStackSize runtime.startingStackSize\n\
+         var startingStackSize uint32\n\
+         \n\
+         func init() {{ startingStackSize = {size} }}\n"
+    )
+}
+
+/// The `-ldflags` value of the build-flag route: the module's default GODEBUG with the run
+/// settings merged in, baked into the runtime's default; `-checklinkname=0` lets the
+/// linker accept the Go file's `//go:linkname` (Go 1.23 and later check them; older
+/// linkers do not know the flag).
+pub fn ldflags(default_godebug: &str, go_version: &str) -> String {
+    let minor = go_version
+        .strip_prefix("go1.")
+        .map(|r| {
+            r.chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+        })
+        .and_then(|m| m.parse::<u32>().ok());
+    let check = if minor.is_some_and(|m| m < 23) {
+        ""
+    } else {
+        "-checklinkname=0 "
+    };
+    format!(
+        "{check}-X=runtime.godebugDefault={}",
+        godebug::merge(default_godebug, &godebug::RUN_SETTINGS)
+    )
+}
+
+/// The `apply --print-build-flags` output.
+pub fn build_flags(size: u64, default_godebug: &str, go_version: &str, source: &str) -> String {
+    format!(
+        "# Rebuild instead of patching: goroutines start with {} ({size} B).\n\
+         # 1. Add this file to the main package, as stackstart.go:\n\
+         {}\
+         # 2. Build with these flags ({go_version}; the module's default GODEBUG, from {source},\n\
+         #    is kept: -X replaces it; if the build already passes -ldflags, add them to it):\n\
+         go build -ldflags={} .\n",
+        bytes(size),
+        go_file(size),
+        godebug::shell_quote(&ldflags(default_godebug, go_version))
+    )
 }
 
 #[cfg(test)]

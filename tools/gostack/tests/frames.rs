@@ -52,16 +52,7 @@ fn frames_match_live_objdump() {
     let Some(go) = go_or_skip("frames_match_live_objdump") else {
         return;
     };
-    let mut gos = vec![go];
-    if let Ok(extra) = std::env::var("GOSTACK_EXTRA_GO") {
-        gos.extend(extra.split(':').filter(|s| !s.is_empty()).map(Into::into));
-    }
-    for (n, go) in gos.iter().enumerate() {
-        let version = std::process::Command::new(go)
-            .arg("version")
-            .output()
-            .expect("go version");
-        let version = String::from_utf8_lossy(&version.stdout).trim().to_string();
+    for (n, (go, version)) in go_toolchains(go).iter().enumerate() {
         for arch in ["amd64", "arm64"] {
             let path = go_build(go, &format!("frames.{n}.{arch}"), arch, &["-ldflags=-w"]);
             let out = std::process::Command::new(go)

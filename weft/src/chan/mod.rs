@@ -93,11 +93,30 @@ use self::core::{Chan, RecvOutcome, SendOutcome, TryRecv, TrySend};
 
 /// Creates a channel that holds up to `cap` values; `bounded(0)` is a rendezvous channel
 /// (Go's unbuffered `make(chan T)`): `send` returns once a receiver has the value.
+///
+/// ```
+/// weft::run(|| {
+///     let (tx, rx) = weft::chan::bounded(0); // a rendezvous, like Go's make(chan int)
+///     weft::spawn(move || tx.send(42).unwrap());
+///     assert_eq!(rx.recv(), Ok(42));
+///     // Every sender dropped: `recv` reports the channel closed.
+///     assert!(rx.recv().is_err());
+/// });
+/// ```
 pub fn bounded<T>(cap: usize) -> (Sender<T>, Receiver<T>) {
     pair(Chan::new(cap))
 }
 
 /// Creates a channel with no capacity limit: `send` never blocks.
+///
+/// ```
+/// let (tx, rx) = weft::chan::unbounded();
+/// for i in 0..3 {
+///     tx.send(i).unwrap(); // works on plain threads too
+/// }
+/// drop(tx);
+/// assert_eq!(rx.iter().collect::<Vec<_>>(), [0, 1, 2]);
+/// ```
 pub fn unbounded<T>() -> (Sender<T>, Receiver<T>) {
     pair(Chan::new(usize::MAX))
 }

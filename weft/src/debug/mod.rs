@@ -48,7 +48,7 @@ pub(crate) mod trace;
 pub(crate) use capture::{
     answer, answer_started, clock_now, record, Capture, DumpRequest, ParkSite, WorkerDumpBuilder,
 };
-pub use http::{serve, DebugServer, MAX_REQUEST};
+pub use http::{serve, serve_with, DebugServer, EndpointLimits, MAX_REQUEST};
 pub(crate) use signal::action_from_env;
 pub use signal::{install_sigquit, SigquitAction};
 pub(crate) use symbolize::{release_symbolizer, report_backtrace};
@@ -232,6 +232,11 @@ impl Dump {
 /// Dumps every task of every live runtime in this process (invariant 1). Callable from a
 /// task (it parks while the workers answer; its own worker answers once it has parked) or
 /// from a plain thread (it blocks).
+///
+/// ```
+/// let text = weft::run(|| weft::debug::dump().full());
+/// assert!(text.starts_with("weft task dump: "));
+/// ```
 pub fn dump() -> Dump {
     dump_with_timeout(ANSWER_TIMEOUT)
 }
@@ -240,7 +245,7 @@ pub fn dump() -> Dump {
 pub fn dump_with_timeout(answer_timeout: Duration) -> Dump {
     let started = Instant::now();
     let caller = crate::task::try_current().map(|t| t.id().as_u64());
-    let raw = collect(answer_timeout);
+    let raw = collect(live_runtimes(), answer_timeout);
     let mut dump = if crate::sched::current_task().is_some() {
         // Invariant 3: symbolizing may parse debug info for a second or more.
         match crate::task::try_spawn_blocking(move || symbolize::build(raw, caller)) {
@@ -274,8 +279,7 @@ pub(crate) struct RunningTask {
     site: &'static Location<'static>,
 }
 
-fn collect(answer_timeout: Duration) -> RawDump {
-    let runtimes = live_runtimes();
+fn collect(runtimes: Vec<Arc<Shared>>, answer_timeout: Duration) -> RawDump {
     let (tx, rx) = crate::chan::unbounded::<Answer>();
     let mut slots = Vec::new();
     let mut workers = Vec::new();
@@ -332,6 +336,55 @@ fn collect(answer_timeout: Duration) -> RawDump {
         }
     }
     raw
+}
+
+/// The unfinished tasks of one runtime, for [`Runtime::shutdown_timeout`]'s report
+/// (sched/shutdown.rs invariant 1): at most `limit` started tasks with their names, spawn sites
+/// and states, how many started tasks there were in all, and how many never started. A dump's
+/// capture without its symbolizing (nothing here needs a backtrace).
+///
+/// [`Runtime::shutdown_timeout`]: crate::Runtime::shutdown_timeout
+pub(crate) fn unfinished_tasks(
+    shared: &Arc<Shared>,
+    limit: usize,
+) -> (Vec<crate::sched::CancelledTask>, usize, usize) {
+    use crate::sched::CancelledTask;
+    let raw = collect(vec![shared.clone()], ANSWER_TIMEOUT);
+    let mut listed = Vec::new();
+    let mut started = 0;
+    let mut unstarted = raw.injected;
+    for (_, _, answer) in &raw.answers {
+        let Some(answer) = answer else { continue };
+        unstarted += answer.unstarted;
+        started += answer.tasks.len();
+        for task in answer.tasks.iter().take(limit.saturating_sub(listed.len())) {
+            let state = if task.parked {
+                TaskState::Parked
+            } else {
+                TaskState::Runnable
+            };
+            listed.push(CancelledTask {
+                id: task.id,
+                name: task.name.clone(),
+                spawn_site: task.spawn_site,
+                state,
+                reason: task.reason.filter(|_| task.parked),
+            });
+        }
+    }
+    for (_, _, running, live) in raw.stuck {
+        started += live.max(usize::from(running.is_some()));
+        if let Some(running) = running.filter(|_| listed.len() < limit) {
+            listed.push(CancelledTask {
+                id: running.id,
+                name: running.name,
+                spawn_site: running.site,
+                state: TaskState::Running,
+                reason: None,
+            });
+        }
+    }
+    (listed, started, unstarted)
 }
 
 impl crate::sched::Remote {

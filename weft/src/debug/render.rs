@@ -105,6 +105,7 @@ pub(crate) fn grouped(dump: &Dump) -> String {
         first: usize,
         longest: Option<Duration>,
         most_stack: Option<usize>,
+        names: Names,
     }
     let mut groups: HashMap<Key, Group> = HashMap::new();
     for (i, task) in dump.tasks.iter().enumerate() {
@@ -120,8 +121,12 @@ pub(crate) fn grouped(dump: &Dump) -> String {
             first: i,
             longest: None,
             most_stack: None,
+            names: Names::default(),
         });
         group.count += 1;
+        if let Some(name) = &task.name {
+            group.names.add(name);
+        }
         group.longest = group.longest.max(task.waited);
         group.most_stack = group.most_stack.max(task.stack_in_use);
     }
@@ -131,8 +136,9 @@ pub(crate) fn grouped(dump: &Dump) -> String {
         let task = &dump.tasks[group.first];
         let _ = write!(
             out,
-            "{} task(s): {}, spawned at {}",
+            "{} task(s){}: {}, spawned at {}",
             group.count,
+            group.names,
             state_label(task, None),
             task.spawn_site
         );
@@ -146,6 +152,43 @@ pub(crate) fn grouped(dump: &Dump) -> String {
     }
     unstarted(&mut out, dump, "task(s): runnable, not started yet");
     out
+}
+
+/// The names of a group's tasks, as its line shows them: the first [`Names::SHOWN`] distinct
+/// ones, then how many named tasks more (a million tasks named `conn-N` stay one line).
+#[derive(Default)]
+struct Names {
+    shown: Vec<std::sync::Arc<str>>,
+    more: usize,
+}
+
+impl Names {
+    const SHOWN: usize = 3;
+
+    fn add(&mut self, name: &std::sync::Arc<str>) {
+        if self.shown.iter().any(|shown| shown == name) {
+            return;
+        }
+        if self.shown.len() < Names::SHOWN {
+            self.shown.push(name.clone());
+        } else {
+            self.more += 1;
+        }
+    }
+}
+
+impl std::fmt::Display for Names {
+    /// ` "a", "b", "c" and 5 more named`, or nothing for unnamed tasks.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, name) in self.shown.iter().enumerate() {
+            let sep = if i == 0 { " " } else { ", " };
+            write!(f, "{sep}{name:?}")?;
+        }
+        if self.more > 0 {
+            write!(f, " and {} more named", self.more)?;
+        }
+        Ok(())
+    }
 }
 
 /// The end of one entry: stack use, then the backtrace and a blank line.

@@ -187,6 +187,13 @@ const WALK_SLICE: Duration = Duration::from_millis(1);
 /// Called by a task, it yields every millisecond of that walk (the only long part), so the
 /// other tasks of its worker run meanwhile; like [`crate::yield_now`], each yield is a point
 /// where a cancelled task unwinds.
+///
+/// ```
+/// let m = weft::run(weft::metrics::snapshot);
+/// assert!(m.tasks >= 1); // the task that took it
+/// println!("{:.0} B of stack per task", m.stack_bytes_per_task());
+/// assert!(m.to_prometheus().contains("weft_tasks "));
+/// ```
 pub fn snapshot() -> Snapshot {
     let figures = stats::collect(false);
     let totals = figures.totals;

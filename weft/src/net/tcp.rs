@@ -19,6 +19,24 @@ use crate::sched::io::Direction;
 
 /// A TCP socket server, listening for connections; like `std::net::TcpListener`, but `accept`
 /// parks the task.
+///
+/// ```
+/// use std::io::{Read, Write};
+/// weft::run(|| {
+///     let listener = weft::net::TcpListener::bind("127.0.0.1:0").unwrap();
+///     let addr = listener.local_addr().unwrap();
+///     weft::spawn(move || {
+///         for conn in listener.incoming() {
+///             // One task per connection.
+///             weft::spawn(move || conn.unwrap().write_all(b"hello"));
+///         }
+///     });
+///     let mut reply = String::new();
+///     let mut conn = weft::net::TcpStream::connect(addr).unwrap();
+///     conn.read_to_string(&mut reply).unwrap();
+///     assert_eq!(reply, "hello");
+/// });
+/// ```
 pub struct TcpListener {
     source: Source<std::net::TcpListener>,
 }
@@ -159,6 +177,26 @@ impl Iterator for Incoming<'_> {
 /// A TCP connection; like `std::net::TcpStream`, but `read`, `write` and `connect` park the
 /// task. `Read` and `Write` are implemented for `&TcpStream` too, so one task may read while
 /// another writes.
+///
+/// ```
+/// use std::io::{BufRead, BufReader, Write};
+/// use std::time::Duration;
+/// weft::run(|| -> std::io::Result<()> {
+///     let listener = weft::net::TcpListener::bind("127.0.0.1:0")?;
+///     let addr = listener.local_addr()?;
+///     weft::spawn(move || {
+///         let (conn, _) = listener.accept().unwrap();
+///         std::io::copy(&mut &conn, &mut &conn) // echo until the client closes
+///     });
+///     let stream = weft::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
+///     (&stream).write_all(b"ping\n")?;
+///     let mut line = String::new();
+///     BufReader::new(&stream).read_line(&mut line)?;
+///     assert_eq!(line, "ping\n");
+///     Ok(())
+/// })
+/// .unwrap();
+/// ```
 pub struct TcpStream {
     source: Source<std::net::TcpStream>,
     read_timeout: Timeout,

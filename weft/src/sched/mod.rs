@@ -52,6 +52,10 @@ mod monitor;
 #[cfg(not(loom))]
 mod monitor_sample;
 #[cfg(not(loom))]
+mod scoped;
+#[cfg(not(loom))]
+mod shutdown;
+#[cfg(not(loom))]
 pub(crate) mod stats;
 #[cfg(not(loom))]
 mod worker;
@@ -73,8 +77,10 @@ pub(crate) use idle::{RestFlag, SleepFlags};
 #[cfg(not(loom))]
 mod runtime;
 #[cfg(not(loom))]
-pub use monitor::{MonitorReport, StuckActivity};
+pub use monitor::{BlockedOn, MonitorReport, StuckActivity};
 #[cfg(not(loom))]
 pub use runtime::{EnterGuard, Handle, Runtime, RuntimeBuilder, DEFAULT_TIMER_SLACK};
 #[cfg(not(loom))]
 pub(crate) use runtime::{Remote, Shared};
+#[cfg(not(loom))]
+pub use shutdown::{CancelledTask, ShutdownReport};

@@ -22,6 +22,12 @@
 //!    the kernel (`/proc/self/task/TID/syscall`): computing, blocked in a named system call,
 //!    or waiting on a futex; for a computing task, where it is (`monitor_sample.rs`: a signal
 //!    makes the worker's thread copy its stack).
+//! 3. Every [`CATCH_BLOCKING_EVERY_TICKS`] ticks it reads what each busy worker's thread is
+//!    doing: one found asleep in a socket call or a sleep while it runs a task blocks its
+//!    worker however short the call (a sync client's reads, each under the threshold, can
+//!    hold a worker most of the time and never trip step 2); its site is reported the same
+//!    way, with [`MonitorReport::caught_blocking`] set.
+//!
 //!    The report goes to the runtime's hook ([`crate::RuntimeBuilder::monitor_report`]), by
 //!    default stderr (with the `log` feature and a logger installed, `log::warn!` with target
 //!    `weft::monitor`); a hook that drops it changes nothing in step 1.
@@ -73,12 +79,28 @@ pub enum StuckActivity {
         number: i64,
         /// Its name, like `read` or `clock_nanosleep`.
         name: Option<&'static str>,
+        /// What the call waits on, as far as its arguments tell.
+        waits_on: BlockedOn,
     },
     /// Waiting on a futex: a std `Mutex`, `RwLock`, `Condvar`, a `thread::park`, or another
     /// thread's join.
     Futex,
     /// The kernel's answer could not be read.
     Unknown,
+}
+
+/// What a system call that blocks a worker waits on: it decides the advice in a
+/// [`MonitorReport`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BlockedOn {
+    /// A socket: a socket call (`connect`, `recvfrom`, …), a `read`/`write` whose descriptor
+    /// is a socket, or a `poll`/`select` over descriptors (how sync clients wait for theirs).
+    Socket,
+    /// A sleep: `nanosleep`/`clock_nanosleep` (`std::thread::sleep`).
+    Sleep,
+    /// Anything else: a file, a pipe, a child process, memory.
+    Other,
 }
 
 /// The monitor's report on a worker that has run one task for longer than the runtime's
@@ -98,6 +120,10 @@ pub struct MonitorReport {
     pub stuck_for: Duration,
     /// What the worker's thread is doing.
     pub activity: StuckActivity,
+    /// True when the monitor caught the task in a blocking socket call or sleep at one of its
+    /// periodic looks, before `monitor_threshold` passed: calls shorter than the threshold that
+    /// block the worker again and again (a sync client's socket reads) are reported this way.
+    pub caught_blocking: bool,
     /// Where the task is, for a computing one: the interrupted function first, then callers
     /// found by scanning its stack for return addresses (best effort: a stale return address
     /// of a dead frame can show up among them). `None` when no sample was taken.
@@ -118,19 +144,56 @@ impl std::fmt::Display for MonitorReport {
             Some(site) => write!(f, " (spawned at {site})")?,
             None => write!(f, " (spawned at an unknown site)")?,
         }
-        write!(f, " for {} ms without parking", self.stuck_for.as_millis())?;
+        if self.caught_blocking {
+            write!(f, " and caught it in a blocking call, without parking")?;
+        } else {
+            write!(f, " for {} ms without parking", self.stuck_for.as_millis())?;
+        }
         match &self.activity {
             StuckActivity::Computing => write!(
                 f,
                 ": it is computing. Call weft::yield_now() in long loops, or run the \
-                 computation through weft::task::spawn_blocking"
+                 computation through weft::task::compute (a pool of one thread per core)"
             )?,
-            StuckActivity::Syscall { number, name } => {
+            StuckActivity::Syscall {
+                number,
+                name,
+                waits_on,
+            } => {
                 match name {
                     Some(name) => write!(f, ": it is blocked in the kernel in {name}(2)")?,
                     None => write!(f, ": it is blocked in the kernel in system call {number}")?,
                 }
-                if name.is_some_and(is_memory_call) {
+                let advice = match waits_on {
+                    BlockedOn::Socket => Some(
+                        "a blocking socket call (std::net, or a sync client crate): use \
+                         weft::net, or let std and sync crates park instead",
+                    ),
+                    BlockedOn::Sleep => Some(
+                        "std::thread::sleep: use weft::time::sleep, or let std and sync crates \
+                         park instead",
+                    ),
+                    BlockedOn::Other => None,
+                };
+                if let Some(advice) = advice {
+                    write!(f, ", and every task of that worker with it. It is {advice}")?;
+                    if cfg!(feature = "interpose") {
+                        // The feature is on, so this call went around it: a raw system call,
+                        // or a descriptor the interposer does not own.
+                        write!(
+                            f,
+                            ": the `interpose` feature is on but this call bypassed it (a raw \
+                             system call, or a statically linked libc), so make it through \
+                             weft::task::spawn_blocking"
+                        )?
+                    } else {
+                        write!(
+                            f,
+                            " with weft's `interpose` cargo feature (features = \
+                             [\"interpose\"])"
+                        )?
+                    }
+                } else if name.is_some_and(is_memory_call) {
                     // Not a call that waits for the world: the allocator growing its heap or
                     // weft giving stack memory back, slow when the machine is.
                     write!(
@@ -141,8 +204,8 @@ impl std::fmt::Display for MonitorReport {
                 } else {
                     write!(
                         f,
-                        ", and every task of that worker with it. Use weft::net and weft::time \
-                         instead of std's, or make the call through weft::task::spawn_blocking"
+                        ", and every task of that worker with it. Make such calls (files, \
+                         pipes, a blocking C library) through weft::task::spawn_blocking"
                     )?
                 }
             }
@@ -199,22 +262,57 @@ fn read_activity(remote: &Remote) -> StuckActivity {
     let Ok(text) = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")) else {
         return StuckActivity::Unknown;
     };
-    parse_activity(&text)
+    parse_activity(&text, &|fd| {
+        std::fs::read_link(format!("/proc/self/fd/{fd}"))
+            .is_ok_and(|target| target.to_string_lossy().starts_with("socket:"))
+    })
 }
 
-fn parse_activity(text: &str) -> StuckActivity {
-    match text.split_whitespace().next() {
+/// Parses `/proc/self/task/TID/syscall` ("NUMBER ARG1 ARG2 …" in hex, or "running");
+/// `is_socket` tells whether a descriptor of this process is a socket.
+fn parse_activity(text: &str, is_socket: &dyn Fn(i32) -> bool) -> StuckActivity {
+    let mut fields = text.split_whitespace();
+    match fields.next() {
         Some("running") => StuckActivity::Computing,
         Some(first) => match first.parse::<i64>() {
             Ok(libc::SYS_futex) => StuckActivity::Futex,
-            Ok(number) if number >= 0 => StuckActivity::Syscall {
-                number,
-                name: syscall_name(number),
-            },
+            Ok(number) if number >= 0 => {
+                let name = syscall_name(number);
+                let first_arg = fields
+                    .next()
+                    .and_then(|a| i64::from_str_radix(a.trim_start_matches("0x"), 16).ok());
+                StuckActivity::Syscall {
+                    number,
+                    name,
+                    waits_on: blocked_on(name, first_arg, is_socket),
+                }
+            }
             // -1: blocked, but not in a system call (a page fault, say).
             _ => StuckActivity::Unknown,
         },
         None => StuckActivity::Unknown,
+    }
+}
+
+/// What the system call `name`, whose first argument is `first_arg`, waits on.
+fn blocked_on(
+    name: Option<&str>,
+    first_arg: Option<i64>,
+    is_socket: &dyn Fn(i32) -> bool,
+) -> BlockedOn {
+    let fd_is_socket = || {
+        first_arg
+            .and_then(|fd| i32::try_from(fd).ok())
+            .is_some_and(is_socket)
+    };
+    match name {
+        Some(
+            "connect" | "accept" | "accept4" | "recvfrom" | "recvmsg" | "sendto" | "sendmsg"
+            | "poll" | "ppoll" | "select" | "pselect6",
+        ) => BlockedOn::Socket,
+        Some("read" | "write" | "readv" | "writev") if fd_is_socket() => BlockedOn::Socket,
+        Some("nanosleep" | "clock_nanosleep") => BlockedOn::Sleep,
+        _ => BlockedOn::Other,
     }
 }
 
@@ -273,6 +371,11 @@ fn syscall_name(number: i64) -> Option<&'static str> {
 /// Default time a worker may spend in one task before the monitor steps in (Go preempts at
 /// 10 ms too).
 pub(crate) const DEFAULT_THRESHOLD: Duration = Duration::from_millis(10);
+
+/// Every this many ticks the monitor looks at what each busy worker's thread is doing, to
+/// catch blocking calls shorter than the threshold (module doc, step 3): one read of
+/// `/proc/self/task/TID/syscall` per worker every 100 ms at the default threshold.
+const CATCH_BLOCKING_EVERY_TICKS: u32 = 20;
 
 /// Ticks with every worker asleep after which the monitor rests.
 const IDLE_TICKS_BEFORE_REST: u32 = 20;
@@ -411,6 +514,7 @@ fn watch(
     let _ = shared.monitor_rest.monitor.set(thread::current());
     let tick = (threshold / 2).clamp(Duration::from_millis(1), Duration::from_millis(50));
     let mut idle_ticks = 0u32;
+    let mut ticks = 0u32;
     let now = Instant::now();
     let mut samples: Vec<Sample> = shared
         .remotes
@@ -434,6 +538,10 @@ fn watch(
             idle_ticks = 0;
         }
         let now = Instant::now();
+        ticks = ticks.wrapping_add(1);
+        if ticks % CATCH_BLOCKING_EVERY_TICKS == 0 {
+            catch_blocking_calls(shared, report);
+        }
         for (remote, sample) in shared.remotes.iter().zip(&mut samples) {
             let resumes = remote.resumes.load(Ordering::Relaxed);
             let running = remote.running_id.load(Ordering::Relaxed);
@@ -506,10 +614,61 @@ fn watch(
                     spawn_site,
                     stuck_for,
                     activity,
+                    caught_blocking: false,
                     backtrace,
                 });
             }
         }
+    }
+}
+
+/// Step 3: a worker's thread found asleep in the kernel in a socket call or a sleep while it
+/// runs a task is blocking every task of that worker, however short the call: weft's own
+/// sockets never sleep in the kernel (they are non-blocking and park the task), nor do
+/// interposed calls. A thread on a CPU reads as "running", so a non-blocking call in
+/// progress is never taken for one. Reported once per spawn site, as in step 2.
+fn catch_blocking_calls(shared: &Shared, report: &(dyn Fn(&MonitorReport) + Send + Sync)) {
+    for remote in shared.remotes.iter() {
+        let running = remote.running_id.load(Ordering::Relaxed);
+        if running == 0 || remote.flags.is_sleeping() {
+            continue;
+        }
+        let site = remote.running_site.load(Ordering::Relaxed);
+        if warned_before(site as usize) {
+            continue;
+        }
+        let resumes = remote.resumes.load(Ordering::Relaxed);
+        let activity = read_activity(remote);
+        let StuckActivity::Syscall {
+            waits_on: BlockedOn::Socket | BlockedOn::Sleep,
+            ..
+        } = activity
+        else {
+            continue;
+        };
+        // Still the same run of the same task: the call was that task's.
+        if remote.resumes.load(Ordering::Relaxed) != resumes
+            || remote.running_id.load(Ordering::Relaxed) != running
+            || !first_warning_for(site as usize)
+        {
+            continue;
+        }
+        let task_name = remote
+            .running_name
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        report(&MonitorReport {
+            worker: remote.index,
+            task_id: running,
+            task_name,
+            // SAFETY: the worker stores only `&'static Location` pointers (or null).
+            spawn_site: unsafe { site.as_ref() },
+            stuck_for: Duration::ZERO,
+            activity,
+            caught_blocking: true,
+            backtrace: None,
+        });
     }
 }
 
@@ -519,19 +678,38 @@ mod tests {
 
     #[test]
     fn the_kernels_answer_tells_computing_from_blocking() {
-        assert_eq!(parse_activity("running\n"), StuckActivity::Computing);
+        let fd3_is_a_socket = |fd: i32| fd == 3;
+        let parse = |text: &str| parse_activity(text, &fd3_is_a_socket);
+        assert_eq!(parse("running\n"), StuckActivity::Computing);
         let futex = format!("{} 0x7f 0x80 0x0 0x0", libc::SYS_futex);
-        assert_eq!(parse_activity(&futex), StuckActivity::Futex);
+        assert_eq!(parse(&futex), StuckActivity::Futex);
         let read = format!("{} 0x3 0x7f 0x4000", libc::SYS_read);
         assert_eq!(
-            parse_activity(&read),
+            parse(&read),
             StuckActivity::Syscall {
                 number: libc::SYS_read,
-                name: Some("read")
+                name: Some("read"),
+                waits_on: BlockedOn::Socket,
             }
         );
-        assert_eq!(parse_activity("-1 0x7ffd 0x55"), StuckActivity::Unknown);
-        assert_eq!(parse_activity(""), StuckActivity::Unknown);
+        let file_read = format!("{} 0x4 0x7f 0x4000", libc::SYS_read);
+        assert!(matches!(
+            parse(&file_read),
+            StuckActivity::Syscall {
+                waits_on: BlockedOn::Other,
+                ..
+            }
+        ));
+        let sleep = format!("{} 0x0 0x0 0x7ffd 0x7ffd", libc::SYS_clock_nanosleep);
+        assert!(matches!(
+            parse(&sleep),
+            StuckActivity::Syscall {
+                waits_on: BlockedOn::Sleep,
+                ..
+            }
+        ));
+        assert_eq!(parse("-1 0x7ffd 0x55"), StuckActivity::Unknown);
+        assert_eq!(parse(""), StuckActivity::Unknown);
     }
 
     #[test]

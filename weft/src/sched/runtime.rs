@@ -29,6 +29,7 @@ use crossbeam_deque::{Injector, Stealer};
 
 use super::idle::SleepFlags;
 use super::monitor::Monitor;
+use super::shutdown::ShutdownReport;
 use super::stats::SiteClasses;
 use super::worker::{self, Worker};
 use crate::metrics::counters::{SiteCounts, WorkerCounters};
@@ -278,6 +279,17 @@ fn set_timer_slack(slack: Duration) {
 pub const DEFAULT_TIMER_SLACK: Duration = Duration::from_micros(10);
 
 /// Configures and builds a [`Runtime`].
+///
+/// ```
+/// use std::time::Duration;
+/// let rt = weft::Runtime::builder()
+///     .workers(4) // else WEFT_WORKERS, else one per CPU
+///     .stack_size(64 * 1024) // per task, guard page included
+///     .monitor_threshold(Some(Duration::from_millis(50))) // report a stuck worker after 50 ms
+///     .build()?;
+/// assert_eq!(rt.workers(), 4);
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Clone, Default)]
 pub struct RuntimeBuilder {
     workers: Option<usize>,
@@ -604,6 +616,16 @@ mod tests {
 
 /// A weft runtime: worker threads that run tasks. Dropping it shuts it down (see the
 /// module-level shutdown steps): tasks not finished are cancelled and their stacks unwound.
+///
+/// ```
+/// let rt = weft::Runtime::builder().workers(2).build()?;
+/// let handle = rt.spawn(|| "from a task");
+/// assert_eq!(handle.join().unwrap(), "from a task");
+/// let local = vec![1, 2, 3];
+/// assert_eq!(rt.block_on(|| local.iter().sum::<i32>()), 6); // may borrow
+/// drop(rt); // cancels what is left; `shutdown_timeout` gives tasks time first
+/// # Ok::<(), std::io::Error>(())
+/// ```
 pub struct Runtime {
     shared: Arc<Shared>,
     threads: Vec<thread::JoinHandle<()>>,
@@ -624,18 +646,49 @@ impl Runtime {
         Runtime::builder().build()
     }
 
-    /// Runs `f` as a task and blocks the calling thread until it returns its result; a panic in
-    /// `f` resumes on the caller, like a panic on the calling thread would.
+    /// Runs `f` as a task on this runtime, waits until it has ended, and returns its result.
+    ///
+    /// `f` may borrow from the caller, as a closure given to `std::thread::scope` may: the call
+    /// returns (or unwinds) only after the task has ended, so nothing it borrows can go away
+    /// while the task runs.
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new()?;
+    /// let names = vec!["ann".to_string(), "bob".to_string()];
+    /// let total = rt.block_on(|| {
+    ///     // Borrowed by the task; each child gets its own copy.
+    ///     let handles: Vec<_> = names.iter().cloned().map(|n| weft::spawn(move || n.len())).collect();
+    ///     handles.into_iter().map(|h| h.join().unwrap()).sum::<usize>()
+    /// });
+    /// assert_eq!(total, 6);
+    /// assert_eq!(names.len(), 2); // still ours
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// From a plain thread it blocks the thread; from a task of another runtime it parks that
+    /// task. From one of this runtime's own tasks `f` simply runs there, in the calling task
+    /// (with its stack and task-locals): waiting for a task of its own would change nothing.
+    ///
+    /// # Panics
+    /// A panic in `f` unwinds `f`'s frames on the task's stack (its captures are dropped
+    /// there), then resumes on the caller with the same payload, as
+    /// `std::thread::scope` re-raises a scoped thread's panic; the runtime goes on.
+    /// If the caller is cancelled while it waits (a task of another runtime, or a plain thread
+    /// inside [`Context::bind`](crate::context::Context::bind)), the task is cancelled too,
+    /// and the caller's unwind goes on once the task has ended; meanwhile the caller's OS
+    /// thread blocks. Also panics when no stack can be had for the task (see
+    /// [`crate::task::Builder::spawn`]).
     #[track_caller]
     pub fn block_on<F, T>(&self, f: F) -> T
     where
-        F: FnOnce() -> T + Send + 'static,
-        T: Send + 'static,
+        F: FnOnce() -> T + Send,
+        T: Send,
     {
-        match self.spawn(f).join() {
-            Ok(value) => value,
-            Err(payload) => std::panic::resume_unwind(payload),
+        if worker::on_worker_of(&self.shared) {
+            // User code runs in tasks only, so the caller is one of this runtime's tasks.
+            return f();
         }
+        super::scoped::spawn_and_wait(&self.handle(), f)
     }
 
     /// Spawns a task on this runtime from any thread or task (see [`Handle::spawn`]).
@@ -663,8 +716,10 @@ impl Runtime {
     /// Shuts the runtime down gracefully: new spawns are refused from now on (with an error
     /// from [`crate::task::Builder::spawn`]; `weft::spawn` and [`Handle::spawn`] panic with
     /// it), the tasks already spawned get until `timeout` to finish, and those still there
-    /// then are cancelled as when the runtime is dropped (their parks unwind). Returns true
-    /// if every task finished in time.
+    /// then are cancelled as when the runtime is dropped (their parks unwind). Returns as
+    /// soon as every task has finished, with a [`ShutdownReport`]: whether they all finished
+    /// in time, and if not how many were cancelled, with the names and spawn sites of up to
+    /// [`ShutdownReport::MAX_LISTED`] of them.
     ///
     /// A server stops accepting first (cancel the accept loop's
     /// [`Context`](crate::context::Context), or close its listener), then calls this so that
@@ -674,21 +729,52 @@ impl Runtime {
     /// use std::time::Duration;
     /// let rt = weft::Runtime::new().unwrap();
     /// let request = rt.spawn(|| weft::time::sleep(Duration::from_millis(20)));
-    /// let stuck = rt.spawn(|| weft::time::sleep(Duration::from_secs(3600)));
-    /// assert!(!rt.shutdown_timeout(Duration::from_millis(200)));
+    /// let stuck = weft::task::Builder::new()
+    ///     .name("stuck")
+    ///     .spawn_on(&rt.handle(), || weft::time::sleep(Duration::from_secs(3600)))
+    ///     .unwrap();
+    /// let report = rt.shutdown_timeout(Duration::from_millis(200));
+    /// assert!(!report.finished_in_time());
+    /// assert_eq!(report.cancelled(), 1);
+    /// assert_eq!(report.cancelled_tasks()[0].name.as_deref(), Some("stuck"));
     /// assert!(request.join().is_ok()); // finished in the grace period
     /// assert!(weft::task::is_cancelled(&*stuck.join().unwrap_err()));
     /// ```
     ///
+    /// # A background loop holds the whole grace period
+    /// The grace period ends early only when *every* task has finished, so a loop that never
+    /// ends (a stats ticker, a reconnect loop) makes every shutdown wait `timeout` out, and the
+    /// report names it. Bind such loops to the [`Context`](crate::context::Context) the server
+    /// cancels when it stops accepting, so that they end with it:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weft::context::Context;
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let stop = Context::new();
+    /// let ticker = stop.clone();
+    /// rt.spawn(move || {
+    ///     // Ends with Err(ContextError::Cancelled) once `stop` is cancelled.
+    ///     let _ = ticker.bind(|| loop {
+    ///         weft::time::sleep(Duration::from_millis(10)); // report stats here
+    ///     });
+    /// });
+    /// stop.cancel();
+    /// let report = rt.shutdown_timeout(Duration::from_secs(5));
+    /// assert!(report.finished_in_time(), "{report}");
+    /// assert!(report.waited() < Duration::from_secs(5));
+    /// ```
+    ///
     /// # Panics
     /// When called from one of the runtime's own tasks, like dropping it.
-    pub fn shutdown_timeout(self, timeout: Duration) -> bool {
+    pub fn shutdown_timeout(self, timeout: Duration) -> ShutdownReport {
         if worker::on_worker_of(&self.shared) {
             panic!("weft: a runtime cannot be shut down from one of its own tasks");
         }
+        let started = Instant::now();
         // SeqCst, like `shutdown`'s store: spawners check it before queueing.
         self.shared.closing.store(true, Ordering::SeqCst);
-        let deadline = Instant::now().checked_add(timeout);
+        let deadline = started.checked_add(timeout);
         let mut finished_once = false;
         let finished = loop {
             // Seen twice in a row, a poll apart: a task in hand between two queues shows.
@@ -707,8 +793,26 @@ impl Runtime {
             let left = deadline.map_or(GRACE_POLL, |d| d - now);
             thread::sleep(left.min(GRACE_POLL));
         };
+        let waited = started.elapsed();
+        let mut report = ShutdownReport {
+            finished: true,
+            grace: timeout,
+            waited,
+            cancelled: 0,
+            unstarted: 0,
+            tasks: Vec::new(),
+        };
+        if !finished {
+            // shutdown.rs invariant 1: the tasks left now are the ones `drop` cancels.
+            let (tasks, started, unstarted) =
+                crate::debug::unfinished_tasks(&self.shared, ShutdownReport::MAX_LISTED);
+            report.finished = false;
+            report.tasks = tasks;
+            report.unstarted = unstarted;
+            report.cancelled = started + unstarted;
+        }
         drop(self);
-        finished
+        report
     }
 }
 

@@ -265,6 +265,17 @@ impl<T> JoinSlot<T> {
 /// An owned permission to join a task, like `std::thread::JoinHandle`.
 ///
 /// Dropping it detaches the task: it runs on, and its result is dropped.
+///
+/// ```
+/// let (ok, failed) = weft::run(|| {
+///     let ok = weft::spawn(|| 6 * 7);
+///     let failed = weft::spawn(|| -> u32 { panic!("no answer") });
+///     (ok.join(), failed.join())
+/// });
+/// assert_eq!(ok.unwrap(), 42);
+/// // A panic comes back as `Err` with its payload; the runtime goes on.
+/// assert_eq!(*failed.unwrap_err().downcast::<&str>().unwrap(), "no answer");
+/// ```
 #[cfg(not(loom))]
 pub struct JoinHandle<T> {
     /// The joiner's reference to the task.

@@ -552,6 +552,17 @@ pub fn yield_now() {
 }
 
 /// Task factory, like `std::thread::Builder`: a name and a stack size for one spawn.
+///
+/// ```
+/// weft::run(|| {
+///     let handle = weft::task::Builder::new()
+///         .name("resolver") // shown in dumps, monitor reports and shutdown reports
+///         .stack_size(1 << 20) // a deep task: 1 MiB
+///         .spawn(|| weft::task::current().name().map(str::to_owned))
+///         .unwrap();
+///     assert_eq!(handle.join().unwrap().as_deref(), Some("resolver"));
+/// });
+/// ```
 #[derive(Debug, Default, Clone)]
 pub struct Builder {
     name: Option<String>,
@@ -711,6 +722,14 @@ where
 ///
 /// Usable until the runtime's shutdown has finished, so the destructors of tasks cancelled at
 /// shutdown may call it too.
+///
+/// ```
+/// let size = weft::run(|| {
+///     // A file read cannot park: it runs on a pool thread while this task parks.
+///     weft::task::spawn_blocking(|| std::fs::metadata(".").map(|m| m.len()))
+/// });
+/// assert!(size.is_ok());
+/// ```
 ///
 /// # Panics
 /// With `f`'s panic, or when the runtime is out of OS threads

@@ -38,6 +38,16 @@ use std::time::{Duration, Instant};
 
 /// Puts the current task to sleep for at least `duration`; its worker runs other tasks
 /// meanwhile. On a plain OS thread it blocks the thread.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// let slept = weft::run(|| {
+///     let start = Instant::now();
+///     weft::time::sleep(Duration::from_millis(10));
+///     start.elapsed()
+/// });
+/// assert!(slept >= Duration::from_millis(10));
+/// ```
 pub fn sleep(duration: Duration) {
     match Instant::now().checked_add(duration) {
         Some(deadline) => sleep_until(deadline),
@@ -63,6 +73,17 @@ pub fn sleep_until(deadline: Instant) {
 /// A receiver that yields the current time once, after `duration` — Go's `time.After`. Use it
 /// in [`select!`](crate::select) as `recv(weft::time::after(d)) -> t => ...`; after its one
 /// value it stays empty forever (it never closes), as in Go.
+///
+/// ```
+/// use std::time::Duration;
+/// let (_tx, rx) = weft::chan::bounded::<()>(0);
+/// weft::run(|| {
+///     weft::select! {
+///         recv(rx) -> _ => unreachable!(),
+///         recv(weft::time::after(Duration::from_millis(5))) -> _ => {} // timed out
+///     }
+/// });
+/// ```
 pub fn after(duration: Duration) -> crate::chan::Receiver<Instant> {
     let at = Instant::now()
         .checked_add(duration)
@@ -78,6 +99,16 @@ pub fn at_instant(deadline: Instant) -> crate::chan::Receiver<Instant> {
 /// A receiver that yields the time every `period` — Go's `time.Tick`. Like Go's `Ticker`, it
 /// holds at most one pending tick: ticks a slow receiver misses are dropped, and the next one
 /// is one period after the late receive.
+///
+/// ```
+/// use std::time::Duration;
+/// weft::run(|| {
+///     let ticks = weft::time::tick(Duration::from_millis(2));
+///     for _ in 0..3 {
+///         ticks.recv().unwrap();
+///     }
+/// });
+/// ```
 ///
 /// # Panics
 /// If `period` is zero ("non-positive interval for tick", as in Go).

@@ -23,6 +23,8 @@ fn binary() -> GoBinary {
         sp_delta_max: 64 * (i as u32 + 1) - 8,
         code_size: 16,
         entry: 16 * i as u32,
+        func_id: 0,
+        wrapper: false,
     })
     .collect();
     GoBinary {

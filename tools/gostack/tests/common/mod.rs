@@ -135,11 +135,16 @@ pub fn go_or_skip(test: &str) -> Option<PathBuf> {
 /// `goarch` into the scratch folder (no VCS stamp: the same source gives the same bytes
 /// in any checkout).
 pub fn go_build(go: &Path, out: &str, goarch: &str, flags: &[&str]) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("gostack-go");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(out);
+    go_build_dir(go, &testdata().join("service"), out, goarch, flags)
+}
+
+/// Builds the Go program in `dir` (standard library only) like [`go_build`].
+pub fn go_build_dir(go: &Path, dir: &Path, out: &str, goarch: &str, flags: &[&str]) -> PathBuf {
+    let scratch = Path::new(env!("CARGO_TARGET_TMPDIR")).join("gostack-go");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let path = scratch.join(out);
     let st = Command::new(go)
-        .current_dir(testdata().join("service"))
+        .current_dir(dir)
         .env("GOTOOLCHAIN", "local")
         .env("GOPROXY", "off")
         .env("GOFLAGS", "")
@@ -155,6 +160,25 @@ pub fn go_build(go: &Path, out: &str, goarch: &str, flags: &[&str]) -> PathBuf {
         .expect("run go build");
     assert!(st.success(), "go build {out} failed");
     path
+}
+
+/// The Go toolchains to test with: the one of [`go_toolchain`] and every one listed in
+/// `GOSTACK_EXTRA_GO` (colon-separated paths of `go` binaries), each with its `go version`.
+pub fn go_toolchains(go: PathBuf) -> Vec<(PathBuf, String)> {
+    let mut gos = vec![go];
+    if let Ok(extra) = std::env::var("GOSTACK_EXTRA_GO") {
+        gos.extend(extra.split(':').filter(|s| !s.is_empty()).map(Into::into));
+    }
+    gos.into_iter()
+        .map(|go| {
+            let out = Command::new(&go)
+                .arg("version")
+                .output()
+                .expect("go version");
+            let v = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            (go, v)
+        })
+        .collect()
 }
 
 /// One function's prologue as `go tool objdump` shows it.

@@ -1,0 +1,3 @@
+module weft.example/gostack/stackstart
+
+go 1.21
