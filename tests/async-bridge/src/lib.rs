@@ -240,7 +240,8 @@ impl Postgres {
         Ok(server)
     }
 
-    /// Starts one, or prints "skipped: <why>" and gives `None` when it cannot be had.
+    /// Starts one, or prints "skipped: …" with the reason and gives `None` when it cannot be
+    /// had.
     pub fn start_or_skip() -> Option<Postgres> {
         match Postgres::start() {
             Ok(server) => Some(server),
