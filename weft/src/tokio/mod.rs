@@ -5,15 +5,17 @@
 //! parks the task until it ends.
 //!
 //! ```
-//! let n = weft::run(|| {
-//!     // In a task: it parks while the future waits; its worker runs other tasks meanwhile.
-//!     weft::tokio::block_on(async {
-//!         // `tokio::spawn` needs a tokio runtime's context: `block_on` entered one.
-//!         tokio::spawn(async { 40 + 2 }).await.unwrap()
-//!     })
+//! // weft = { version = "0.1", features = ["tokio"] }
+//! weft::run(|| {
+//!     // A task awaits async Rust (reqwest, sqlx, tonic, tokio::net): only the task parks.
+//!     let n = weft::tokio::block_on(async { tokio::spawn(async { 21 }).await.unwrap() });
+//!     // Async Rust awaits a task: a JoinHandle is a future.
+//!     let m = weft::future::block_on(async { weft::spawn(move || n * 2).await.unwrap() });
+//!     assert_eq!(m, 42);
 //! });
-//! assert_eq!(n, 42);
 //! ```
+//!
+//! (`tokio::spawn` needs a tokio runtime's context: `block_on` entered one around the poll.)
 //!
 //! Build tokio values *inside* the future (an `async` block): tokio's constructors look for
 //! the context at once (`tokio::time::sleep(d)` in the argument list of `block_on` panics with
