@@ -54,7 +54,7 @@ impl<T> AsyncWait<T> {
         let wait = Box::new(AsyncWait {
             sel: Selector {
                 state: AtomicUsize::new(WAITING),
-                waiter: SelectorWaiter::Waker(waker),
+                waiter: SelectorWaiter::Waker(Box::new(waker)),
                 single: true, // one entry in one channel (core.rs invariant 7)
             },
             entry: Entry {

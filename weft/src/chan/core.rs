@@ -218,7 +218,8 @@ impl Selector {
 enum SelectorWaiter {
     Task(std::ptr::NonNull<crate::task::Header>),
     Thread(std::thread::Thread),
-    Waker(std::task::Waker),
+    /// Boxed so that a selector, on the stack of every blocked operation, stays two words.
+    Waker(Box<std::task::Waker>),
 }
 
 #[cfg(not(loom))]

@@ -34,8 +34,8 @@ pub(crate) enum Waiter {
     Task(Task),
     Thread(std::thread::Thread),
     /// Only where a wait is polled as a future (task/join.rs); `Waiter::current` never
-    /// makes one.
-    Waker(std::task::Waker),
+    /// makes one. Boxed so that a `Waiter` stays two words (it is in every task's join slot).
+    Waker(Box<std::task::Waker>),
 }
 
 #[cfg(not(loom))]

@@ -33,8 +33,9 @@
 //! 6. An awaited handle (`JoinFuture`, the handle's `IntoFuture`) is this same joiner, one poll at a
 //!    time: each pending poll withdraws the waker it registered before (invariant 5) and
 //!    registers the new one (a waker that `will_wake` the same task is kept), so the slot
-//!    is an atomic waker; a `join` after pending polls withdraws first. A result is taken
-//!    once: a poll after the one that returned it panics.
+//!    is an atomic waker; `JoinFuture::into_handle` withdraws before the handle can be
+//!    joined (a `join` writes `waiter` only from EMPTY). A result is taken once: a poll after
+//!    the one that returned it panics.
 //!
 //! Checked by `src/tests/loom_join.rs`.
 
@@ -132,8 +133,8 @@ impl<T> JoinSlot<T> {
     }
 
     /// Takes back a waiter a poll left registered (invariants 5, 6), before a blocking join
-    /// registers its own. Returns with the state EMPTY or DONE.
-    fn withdraw(&self) {
+    /// may register its own (`JoinFuture::into_handle`). Returns with the state EMPTY or DONE.
+    pub(crate) fn withdraw(&self) {
         // Relaxed: only this joiner ever stores WAITING.
         if self.state.load(Ordering::Relaxed) != WAITING {
             return;
@@ -208,7 +209,6 @@ impl<T> JoinSlot<T> {
         current: impl FnOnce() -> Waiter,
         park: impl Fn() -> bool,
     ) -> Option<thread::Result<T>> {
-        self.withdraw();
         if !self.is_done() {
             // SAFETY: invariant 2: the state is not WAITING yet, so the completion does not read
             // `waiter`; only this joiner (there is one: joins take the handle by value) writes.
@@ -448,9 +448,10 @@ impl<T: 'static> JoinFuture<T> {
         &self.handle
     }
 
-    /// The handle back, to [`join`](JoinHandle::join) it after all (a join takes back the
-    /// waker a pending poll registered).
+    /// The handle back, to [`join`](JoinHandle::join) it after all; the waker a pending poll
+    /// registered is taken back first.
     pub fn into_handle(self) -> JoinHandle<T> {
+        self.handle.slot().withdraw();
         self.handle
     }
 }
@@ -466,7 +467,7 @@ impl<T: 'static> std::future::Future for JoinFuture<T> {
         let waker = cx.waker();
         let registered = self.handle.slot().poll_wait(|waiter| match waiter {
             Some(Waiter::Waker(old)) if old.will_wake(waker) => {}
-            _ => *waiter = Some(Waiter::Waker(waker.clone())),
+            _ => *waiter = Some(Waiter::Waker(Box::new(waker.clone()))),
         });
         match registered {
             Some(result) => std::task::Poll::Ready(result),

@@ -114,7 +114,10 @@ fn loom_join_polls_race_the_completion_then_a_join_takes_over() {
         }
         let result = match result {
             Some(result) => result,
-            None => slot.wait(Waiter::current, || park_current(ParkReason::Join)),
+            None => {
+                slot.withdraw(); // JoinFuture::into_handle
+                slot.wait(Waiter::current, || park_current(ParkReason::Join))
+            }
         };
         assert_eq!(result.unwrap(), 7);
         task.join().unwrap();
