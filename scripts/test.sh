@@ -21,8 +21,9 @@ cargo test --workspace --exclude weft-async-tests
 # binaries: the feature replaces libc functions for the whole process.
 cargo test -p weft --features interpose --test interpose_sleep --test interpose_net \
   --test interpose_ureq --test interpose_redis --test interpose_cancel
-# The README's snippets (doc tests) with the feature its "Blocking crates" snippet is about.
-cargo test -p weft --features interpose --doc ReadmeDoctests
+# The README's snippets (doc tests) with the features its "Blocking crates" and "Calling async
+# code" snippets are about.
+cargo test -p weft --features interpose,tokio --doc ReadmeDoctests
 
 # The monitor's reports through the `log` crate (weft feature `log`, off by default).
 cargo test -p weft --features log --test monitor_log

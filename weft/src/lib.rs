@@ -259,8 +259,10 @@ where
     runtime.block_on(f)
 }
 
-/// The README's snippets, compiled and run as doc tests (`cargo test` runs them).
-#[cfg(doctest)]
+/// The README's snippets, compiled and run as doc tests: `cargo test -p weft --features
+/// interpose,tokio --doc ReadmeDoctests` (scripts/test.sh). Its "Calling async code" snippet
+/// needs the `tokio` feature.
+#[cfg(all(doctest, feature = "tokio"))]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
 
