@@ -79,7 +79,9 @@ fn every_subcommand_runs_at_tiny_sizes_and_writes_the_report() {
             Duration::from_secs(240),
         )
     });
-    for sub in ["probe", "cost", "echo", "sleepers", "fairness", "wake"] {
+    for sub in [
+        "probe", "cost", "echo", "sleepers", "fairness", "wake", "bridge",
+    ] {
         ok(
             &weft_bench(&[sub, "--tiny", "--out", out_s], &[], limit),
             sub,
@@ -112,6 +114,7 @@ fn every_subcommand_runs_at_tiny_sizes_and_writes_the_report() {
         "Fairness:",
         "Waking a compacted task",
         "kernel-fill",
+        "the tokio bridge",
         "Raw JSON lines",
         "**weft commit**",
         "**kernel**",
@@ -137,7 +140,7 @@ fn every_subcommand_runs_at_tiny_sizes_and_writes_the_report() {
     }
     let raw = read(&out.join("report.jsonl"));
     for exp in [
-        "probe", "cost", "echo", "growth", "sleepers", "fairness", "wake",
+        "probe", "cost", "echo", "growth", "sleepers", "fairness", "wake", "bridge",
     ] {
         assert!(
             raw.contains(&format!("\"experiment\":\"{exp}\"")),

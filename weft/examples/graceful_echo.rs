@@ -1,5 +1,4 @@
 // A TCP echo server that stops on SIGINT or SIGTERM: no new connections, 5 s for the open ones.
-use std::io::{Read, Write};
 use std::time::Duration;
 use weft::context::Context;
 use weft::signal::{Signals, SIGINT, SIGTERM};
@@ -16,16 +15,9 @@ fn main() -> std::io::Result<()> {
         // Bound to `stop`: its cancel() ends the parked accept, and the loop.
         accepting.bind(|| -> std::io::Result<()> {
             loop {
-                let (mut conn, _) = listener.accept()?;
+                let (conn, _) = listener.accept()?;
                 // Not bound: a connection goes on until it ends or the grace period does.
-                weft::spawn(move || {
-                    let mut buf = [0u8; 4096];
-                    while let Ok(n @ 1..) = conn.read(&mut buf) {
-                        if conn.write_all(&buf[..n]).is_err() {
-                            break;
-                        }
-                    }
-                });
+                weft::spawn(move || std::io::copy(&mut &conn, &mut &conn));
             }
         })
     });

@@ -170,6 +170,7 @@ impl Inner {
             match waiter {
                 Waiter::Task(task) => task.interrupt(interrupt::SCOPE),
                 Waiter::Thread(thread) => thread.unpark(),
+                Waiter::Waker(waker) => (*waker).wake(),
             }
         }
         for (_, child) in links.children {

@@ -76,6 +76,13 @@
 //! `ToSocketAddrs`) park the calling task instead of blocking its worker; everywhere else they
 //! are libc's own (the `interpose` module).
 //!
+//! **Calling async code.** [`future::block_on`] polls a future on the task's own stack and
+//! parks the task while it is pending; with the `tokio` cargo feature, `weft::tokio::block_on`
+//! also enters a tokio runtime around each poll, so reqwest, sqlx, tonic and `tokio::net` work
+//! in tasks. The other way, a [`JoinHandle`] is a future (`IntoFuture`): async code hands
+//! blocking work to a task and awaits it; channels have `send_async`, `recv_async` and a
+//! stream (docs/async.md).
+//!
 //! **Seeing inside.** [`metrics::snapshot`] counts tasks by state, stack memory and page
 //! tables (with [`metrics::Snapshot::to_prometheus`]); [`metrics::stack_profile`] measures each
 //! spawn site's stack use. [`debug::dump`] lists every task with what it waits for, its name,
@@ -104,6 +111,9 @@
 //! - `log` (off): the monitor's reports go to the `log` crate (target `weft::monitor`) when no
 //!   [`RuntimeBuilder::monitor_report`] hook is set.
 //! - `asan` (off): tells AddressSanitizer about stack switches, for `scripts/asan.sh`.
+//! - `tokio` (off): `weft::tokio`, tokio-bound futures in tasks (above), and
+//!   [`RuntimeBuilder`]'s `tokio_handle` and `tokio_threads`.
+//! - `futures` (off): [`chan::RecvStream`] implements `futures_core::Stream`.
 //!
 //! # Glossary (weft term = Go term)
 //! - **Task** = G, a goroutine: a closure with its own stack ([`task`]).
@@ -132,6 +142,8 @@
 //!   metrics     snapshot, stack profile                              ┘ read every layer
 //!   net         TcpListener, TcpStream, UdpSocket, name resolution
 //!   interpose   the blocking libc calls of std and sync crates (feature `interpose`)
+//!   tokio       tokio-bound futures in tasks (feature `tokio`)
+//!   future      block_on: a future polled on the task's own stack
 //!   context     Context, bind
 //!   time        sleep, after, tick, Timer
 //!   signal      Unix signals a task waits for (ctrl_c, wait, Signals)
@@ -185,6 +197,8 @@ pub(crate) mod chan_spin_lock;
 pub mod context;
 #[cfg(not(loom))]
 pub mod debug;
+#[cfg(not(loom))]
+pub mod future;
 #[cfg(all(feature = "interpose", not(loom)))]
 #[cfg_attr(docsrs, doc(cfg(feature = "interpose")))]
 pub mod interpose;
@@ -224,6 +238,9 @@ pub(crate) mod sync_waitgroup;
 pub mod task;
 #[cfg(not(loom))]
 pub mod time;
+#[cfg(all(feature = "tokio", not(loom)))]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub mod tokio;
 
 #[cfg(not(loom))]
 pub use sched::{EnterGuard, Handle, Runtime, RuntimeBuilder, ShutdownReport, DEFAULT_TIMER_SLACK};
@@ -280,8 +297,10 @@ where
     runtime.block_on(f)
 }
 
-/// The README's snippets, compiled and run as doc tests (`cargo test` runs them).
-#[cfg(doctest)]
+/// The README's snippets, compiled and run as doc tests: `cargo test -p weft --features
+/// interpose,tokio --doc ReadmeDoctests` (scripts/test.sh). Its "Calling async code" snippet
+/// needs the `tokio` feature.
+#[cfg(all(doctest, feature = "tokio"))]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
 

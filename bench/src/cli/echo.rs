@@ -98,8 +98,8 @@ fn loads(size: crate::cli::runner::Size) -> Vec<Load> {
     )
 }
 
-/// A server process, killed when dropped.
-struct Server {
+/// A server process, killed when dropped (also the `bridge` experiment's echo server).
+pub(crate) struct Server {
     child: Child,
     addr: String,
     reaped: bool,
@@ -115,7 +115,7 @@ impl Drop for Server {
 }
 
 impl Server {
-    fn start(cmd: &Cmd) -> Result<Server, String> {
+    pub(crate) fn start(cmd: &Cmd) -> Result<Server, String> {
         let mut child = Command::new(&cmd.exe)
             .args(&cmd.args)
             .stdin(Stdio::null())
@@ -149,6 +149,11 @@ impl Server {
             .trim()
             .to_string();
         Ok(server)
+    }
+
+    /// Where it listens.
+    pub(crate) fn addr(&self) -> &str {
+        &self.addr
     }
 
     fn pid(&self) -> u32 {

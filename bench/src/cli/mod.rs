@@ -6,7 +6,8 @@
 //! ```text
 //! weft-bench probe | cost | echo | growth    one experiment; adds its section to the report
 //! weft-bench sleepers | fairness | wake      (timers, weft's fairness, compacted wakes)
-//! weft-bench all [--quick]                   all seven (--quick: under 10 minutes on 2 vCPUs)
+//! weft-bench bridge                          async Rust from tasks (weft::tokio) vs tokio
+//! weft-bench all [--quick]                   all eight (--quick: under 10 minutes on 2 vCPUs)
 //! weft-bench docs [--report R] [--page P] [--readme R]   regenerate docs/performance.md's tables
 //!                                                         and the README's headline figures
 //! ```
@@ -14,7 +15,7 @@
 //! Every experiment runs each program once unmeasured, then alternates the peers run by run
 //! (`runner.rs`), and writes `target/weft-bench/report.md` (with `report.jsonl` and SVG
 //! charts). Layers: `mod.rs` (this) → `probe`/`cost`/`echo`/`growth`/`sleepers`/`fairness`/
-//! `wake` (one experiment each; the last three hold their own peers)
+//! `wake`/`bridge` (one experiment each; the last four hold their own peers)
 //! → `runner` (processes, rounds), `stats`, `chart`, `report`; `peer` is the hidden
 //! `weft-bench peer …` the experiments start for the Rust peers, and `uring_echo` the echo
 //! experiment's io_uring floor.
@@ -23,6 +24,7 @@
 //! same executable re-run with `peer …`, so `cargo build --release -p weft-bench` is the
 //! whole set-up besides `scripts/install-go.sh`.
 
+pub mod bridge;
 pub mod chart;
 pub mod cost;
 pub mod echo;
@@ -97,6 +99,10 @@ enum Command {
     Fairness(Wrap),
     /// weft: wake latency and CPU of compacted tasks against resident ones.
     Wake(Wrap),
+    /// A request awaiting a tokio timer or a loopback TCP round trip, made by weft tasks
+    /// through `weft::tokio`, by tokio tasks, and by threads with `Handle::block_on`:
+    /// requests/s, p99, CPU per request; memory of 10,000 units awaiting a tokio sleep.
+    Bridge(Wrap),
     /// Every experiment above, then the report.
     All(Wrap),
     /// Rewrite docs/performance.md's tables and README.md's headline figures from a report's
@@ -145,7 +151,7 @@ pub fn default_out() -> PathBuf {
 type Experiment = fn(&mut Ctx) -> Result<report::Section, String>;
 
 fn experiments(name: &str) -> Vec<(&'static str, Experiment)> {
-    let all: [(&'static str, Experiment); 7] = [
+    let all: [(&'static str, Experiment); 8] = [
         ("probe", probe::run),
         ("cost", cost::run),
         ("echo", echo::run),
@@ -153,6 +159,7 @@ fn experiments(name: &str) -> Vec<(&'static str, Experiment)> {
         ("sleepers", sleepers::run),
         ("fairness", fairness::run),
         ("wake", wake::run),
+        ("bridge", bridge::run),
     ];
     all.into_iter()
         .filter(|(n, _)| name == "all" || *n == name)
@@ -228,6 +235,7 @@ pub fn main(cli: Cli) -> Result<(), String> {
         Command::Sleepers(w) => run_experiments("sleepers", w.common),
         Command::Fairness(w) => run_experiments("fairness", w.common),
         Command::Wake(w) => run_experiments("wake", w.common),
+        Command::Bridge(w) => run_experiments("bridge", w.common),
         Command::All(w) => run_experiments("all", w.common),
         Command::Docs {
             report,

@@ -3,8 +3,9 @@
 //! Owns: the hidden `weft-bench peer …` subcommands. Each runs one measurement in a fresh
 //! process and prints one JSON line; the experiments ([`crate::cli::probe`] and the others)
 //! start them through [`crate::cli::runner`], next to the Go peers under `bench/go/`, which
-//! print the same fields. `sleepers`, `fairness` and `wake` keep their peers beside their
-//! experiments (`sleepers.rs`, `fairness.rs`, `wake.rs`); their variants here only dispatch.
+//! print the same fields. `sleepers`, `fairness`, `wake` and `bridge` keep their peers beside
+//! their experiments (`sleepers.rs`, `fairness.rs`, `wake.rs`, `bridge.rs`); their variants
+//! here only dispatch.
 //!
 //! May call: weft, tokio, std, weft-loadtest (the echo client), `uring_echo` (the io_uring
 //! echo server). Called by: the CLI only.
@@ -130,6 +131,8 @@ pub enum Peer {
     Fairness(crate::cli::fairness::PeerArgs),
     /// Wakes of resident or compacted tasks (`wake.rs`).
     Wake(crate::cli::wake::PeerArgs),
+    /// Requests through the tokio bridge and its peers (`bridge.rs`).
+    Bridge(crate::cli::bridge::PeerArgs),
     /// Every request a new task running the growth chain.
     Growth {
         #[arg(long, value_enum)]
@@ -177,6 +180,7 @@ pub fn main(peer: Peer) -> Result<(), String> {
         Peer::Sleepers(a) => crate::cli::sleepers::peer(a)?,
         Peer::Fairness(a) => crate::cli::fairness::peer(a)?,
         Peer::Wake(a) => crate::cli::wake::peer(a)?,
+        Peer::Bridge(a) => crate::cli::bridge::peer(a)?,
     };
     println!("{line}");
     Ok(())

@@ -31,8 +31,8 @@ pub const HEADLINE_BEGIN: &str =
 pub const HEADLINE_END: &str = "<!-- weft-bench:headline:end -->";
 
 /// The sections in report order.
-pub const ORDER: [&str; 7] = [
-    "probe", "cost", "echo", "growth", "sleepers", "fairness", "wake",
+pub const ORDER: [&str; 8] = [
+    "probe", "cost", "echo", "growth", "sleepers", "fairness", "wake", "bridge",
 ];
 
 /// One experiment's part of the report.

@@ -90,10 +90,15 @@ use crate::sched::Waiter;
 
 #[path = "arms.rs"]
 mod arms;
+#[cfg(not(loom))]
+#[path = "async_ops.rs"]
+mod async_ops;
 #[path = "waitq.rs"]
 mod waitq;
 pub(crate) use arms::{select, ArmSlot};
 pub use arms::{ProbeArm, RecvArm, SelectArm, Selected, SendArm};
+#[cfg(not(loom))]
+pub(crate) use async_ops::{RecvWait, SendWait};
 use waitq::{Links, WaitQueue};
 
 /// Nobody has completed this operation yet; peers may claim it, the owner may abort it.
@@ -206,12 +211,15 @@ impl Selector {
 }
 
 /// Who a selector wakes: the blocked task, by a borrowed pointer to its header (no reference
-/// count is touched unless the wake has to schedule it), or a plain OS thread.
+/// count is touched unless the wake has to schedule it), a plain OS thread, or the waker of
+/// an async operation (async_ops.rs; its wait is boxed, not on a stack).
 #[cfg(not(loom))]
 #[derive(Debug)]
 enum SelectorWaiter {
     Task(std::ptr::NonNull<crate::sched::Header>),
     Thread(std::thread::Thread),
+    /// Boxed so that a selector, on the stack of every blocked operation, stays two words.
+    Waker(Box<std::task::Waker>),
 }
 
 #[cfg(not(loom))]
@@ -238,6 +246,10 @@ fn wake_by_ref(waiter: &SelectorWaiter) {
             unsafe { crate::sched::unpark_ptr(*task) }
         }
         SelectorWaiter::Thread(thread) => thread.unpark(),
+        // The executor's wake: it schedules the future's task. For a probe it runs under the
+        // channel lock (`claim_peer`), like a task's unpark; executors' wakes only queue
+        // work, and none re-enters a channel.
+        SelectorWaiter::Waker(waker) => waker.wake_by_ref(),
     }
 }
 

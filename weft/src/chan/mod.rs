@@ -511,6 +511,211 @@ impl<'a, T> IntoIterator for &'a Receiver<T> {
     }
 }
 
+impl<T> Sender<T> {
+    /// Sends `value` from async code: a future that completes once the value is in the
+    /// channel (for a rendezvous channel: once a receiver took it), without blocking the
+    /// executor's thread. Tasks and async code share the channel: a blocked `recv` in a task
+    /// takes the value as from any sender.
+    ///
+    /// Dropping the future before it completed drops the value if no receiver took it (as a
+    /// cancelled blocking `send` does); once it completed, the value was delivered.
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let (tx, rx) = weft::chan::bounded::<u32>(0);
+    /// let consumer = rt.spawn(move || rx.iter().sum::<u32>()); // a task, blocking calls
+    /// weft::future::block_on(async move {
+    ///     for i in 1..=3 {
+    ///         tx.send_async(i).await.unwrap(); // async code, awaiting each hand-off
+    ///     }
+    /// });
+    /// assert_eq!(consumer.join().unwrap(), 6);
+    /// ```
+    ///
+    /// # Errors
+    /// The future gives [`SendError`] with the value back when every receiver is gone.
+    pub fn send_async(&self, value: T) -> SendFuture<'_, T> {
+        SendFuture {
+            tx: self,
+            wait: core::SendWait::new(value),
+        }
+    }
+}
+
+impl<T> Receiver<T> {
+    /// Receives from async code: a future that completes with the next value, without
+    /// blocking the executor's thread.
+    ///
+    /// Cancel safe: dropping the future before it completed takes nothing from the channel
+    /// (it waited only for a value to be ready, chan/async_ops.rs invariant 2), so it may be
+    /// a branch of a `select!` that loses.
+    ///
+    /// ```
+    /// let rt = weft::Runtime::new().unwrap();
+    /// let (tx, rx) = weft::chan::unbounded::<&str>();
+    /// rt.spawn(move || tx.send("from a task").unwrap());
+    /// let got = weft::future::block_on(async move { rx.recv_async().await });
+    /// assert_eq!(got, Ok("from a task"));
+    /// ```
+    ///
+    /// # Errors
+    /// The future gives [`RecvError`] when the channel is empty and every sender is gone.
+    pub fn recv_async(&self) -> RecvFuture<'_, T> {
+        RecvFuture {
+            rx: self,
+            wait: core::RecvWait::new(),
+        }
+    }
+
+    /// The values of the channel as a stream (with the `futures` feature, a
+    /// `futures_core::Stream`): [`RecvStream::recv`] gives each value, `None` once the channel
+    /// is closed and drained. Cancel safe, as [`recv_async`](Self::recv_async).
+    pub fn into_stream(self) -> RecvStream<T> {
+        RecvStream {
+            rx: self,
+            wait: core::RecvWait::new(),
+        }
+    }
+}
+
+/// The future of [`Sender::send_async`].
+#[must_use = "futures do nothing unless awaited"]
+pub struct SendFuture<'a, T> {
+    tx: &'a Sender<T>,
+    wait: core::SendWait<T>,
+}
+
+impl<T> std::future::Future for SendFuture<'_, T> {
+    type Output = Result<(), SendError<T>>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = &mut *self;
+        this.wait.poll_send(&this.tx.chan, cx).map_err(SendError)
+    }
+}
+
+impl<T> Drop for SendFuture<'_, T> {
+    fn drop(&mut self) {
+        self.wait.release(&self.tx.chan);
+    }
+}
+
+impl<T> fmt::Debug for SendFuture<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SendFuture").finish_non_exhaustive()
+    }
+}
+
+/// The future of [`Receiver::recv_async`].
+#[must_use = "futures do nothing unless awaited"]
+pub struct RecvFuture<'a, T> {
+    rx: &'a Receiver<T>,
+    wait: core::RecvWait<T>,
+}
+
+impl<T> std::future::Future for RecvFuture<'_, T> {
+    type Output = Result<T, RecvError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = &mut *self;
+        this.wait
+            .poll_recv(&this.rx.chan, cx)
+            .map(|v| v.ok_or(RecvError))
+    }
+}
+
+impl<T> Drop for RecvFuture<'_, T> {
+    fn drop(&mut self) {
+        self.wait.release(&self.rx.chan);
+    }
+}
+
+impl<T> fmt::Debug for RecvFuture<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RecvFuture").finish_non_exhaustive()
+    }
+}
+
+/// A [`Receiver`] as a stream of its values ([`Receiver::into_stream`]); with weft's
+/// `futures` feature it implements `futures_core::Stream`.
+///
+/// ```
+/// let (tx, rx) = weft::chan::unbounded::<u32>();
+/// for i in 0..3 {
+///     tx.send(i).unwrap();
+/// }
+/// drop(tx);
+/// let mut values = rx.into_stream();
+/// let sum = weft::future::block_on(async move {
+///     let mut sum = 0;
+///     while let Some(v) = values.recv().await {
+///         sum += v;
+///     }
+///     sum
+/// });
+/// assert_eq!(sum, 3);
+/// ```
+pub struct RecvStream<T> {
+    rx: Receiver<T>,
+    wait: core::RecvWait<T>,
+}
+
+impl<T> RecvStream<T> {
+    /// The next value: `None` once the channel is closed and drained.
+    pub fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<T>> {
+        let this = &mut *self;
+        this.wait.poll_recv(&this.rx.chan, cx)
+    }
+
+    /// A future of the next value ([`poll_next`](Self::poll_next)); `StreamExt::next` with
+    /// the `futures` feature and the `futures` crate.
+    pub fn recv(&mut self) -> impl std::future::Future<Output = Option<T>> + '_ {
+        std::future::poll_fn(move |cx| std::pin::Pin::new(&mut *self).poll_next(cx))
+    }
+
+    /// The receiver back.
+    pub fn into_inner(mut self) -> Receiver<T> {
+        self.wait.release(&self.rx.chan);
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never used nor dropped again; the receiver is moved out once, and
+        // the wait (released above, so it holds nothing) is forgotten.
+        unsafe { std::ptr::read(&this.rx) }
+    }
+}
+
+impl<T> Drop for RecvStream<T> {
+    fn drop(&mut self) {
+        self.wait.release(&self.rx.chan);
+    }
+}
+
+#[cfg(feature = "futures")]
+impl<T> futures_core::Stream for RecvStream<T> {
+    type Item = T;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<T>> {
+        RecvStream::poll_next(self, cx)
+    }
+}
+
+impl<T> fmt::Debug for RecvStream<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RecvStream").finish_non_exhaustive()
+    }
+}
+
 /// [`Sender::send`] failed: every receiver is gone. Holds the value back.
 #[derive(PartialEq, Eq, Clone, Copy)]
 pub struct SendError<T>(pub T);

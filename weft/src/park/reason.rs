@@ -74,6 +74,13 @@ pub enum ParkReason {
     LibcWrite,
     /// An interposed `poll` with no descriptor and no timeout (feature `interpose`).
     LibcPoll,
+    /// `future::block_on`: a pending future.
+    Future,
+    /// `tokio::block_on`: a pending future polled in a tokio runtime's context (feature
+    /// `tokio`).
+    TokioFuture,
+    /// `tokio::spawn_future`: a future running on a tokio runtime (feature `tokio`).
+    TokioTask,
 }
 
 impl ParkReason {
@@ -105,11 +112,14 @@ impl ParkReason {
             ParkReason::LibcRead => "libc read (interposed)",
             ParkReason::LibcWrite => "libc write (interposed)",
             ParkReason::LibcPoll => "libc poll (interposed)",
+            ParkReason::Future => "future",
+            ParkReason::TokioFuture => "tokio future",
+            ParkReason::TokioTask => "tokio task",
         }
     }
 
     /// Every variant, in declaration order (for tests and documentation).
-    pub const ALL: [ParkReason; 25] = [
+    pub const ALL: [ParkReason; 28] = [
         ParkReason::ChanRecv,
         ParkReason::ChanSend,
         ParkReason::Select,
@@ -135,6 +145,9 @@ impl ParkReason {
         ParkReason::LibcRead,
         ParkReason::LibcWrite,
         ParkReason::LibcPoll,
+        ParkReason::Future,
+        ParkReason::TokioFuture,
+        ParkReason::TokioTask,
     ];
 }
 

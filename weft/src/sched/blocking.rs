@@ -195,7 +195,7 @@ where
         if traced != 0 {
             let task = match &job_handoff.waiter {
                 Waiter::Task(task) => task.header().id.as_u64(),
-                Waiter::Thread(_) => 0,
+                Waiter::Thread(_) | Waiter::Waker(_) => 0,
             };
             trace::blocking_call_ended(task, traced);
         }

@@ -79,6 +79,12 @@ pub(crate) mod stats;
 pub(crate) mod task;
 #[cfg(not(loom))]
 mod timers;
+#[cfg(all(not(loom), feature = "tokio"))]
+pub(crate) mod tokio_bridge;
+#[cfg(all(not(loom), feature = "tokio"))]
+pub(crate) mod tokio_context;
+#[cfg(not(loom))]
+pub(crate) mod wake_at;
 #[cfg(not(loom))]
 mod worker;
 
@@ -97,6 +103,8 @@ pub(crate) use pool_slot::PoolSlot;
 pub(crate) use spawn::spawn;
 #[cfg(not(loom))]
 pub(crate) use task::{interrupt, locals, unpark_ptr, Header, Suspend};
+#[cfg(all(not(loom), feature = "tokio"))]
+pub(crate) use worker::current_tokio_bridge;
 #[cfg(not(loom))]
 pub(crate) use worker::{current_compute_slot, current_task, current_task_ptr, current_worker_of};
 

@@ -46,11 +46,14 @@ use crate::observe::capture::ParkSite;
 use crate::park::ParkReason;
 use crate::stack;
 
-/// Whoever waits: a task, or a plain OS thread.
+/// Whoever waits: a task, a plain OS thread, or a future (an awaited `JoinHandle`).
 #[derive(Debug, Clone)]
 pub(crate) enum Waiter {
     Task(Task),
     Thread(std::thread::Thread),
+    /// Only where a wait is polled as a future (sched/task/join.rs); `Waiter::current` never
+    /// makes one. Boxed so that a `Waiter` stays two words (it is in every task's join slot).
+    Waker(Box<std::task::Waker>),
 }
 
 impl Waiter {
@@ -72,6 +75,7 @@ impl Waiter {
         match self {
             Waiter::Task(task) => task.unpark(),
             Waiter::Thread(thread) => thread.unpark(),
+            Waiter::Waker(waker) => waker.wake_by_ref(),
         }
     }
 }

@@ -69,6 +69,9 @@ pub(crate) struct Shared {
     pub(crate) profile_path: Option<PathBuf>,
     /// What workers do with parked tasks' stacks (stack/compact.rs).
     pub(crate) stack_policy: stack::StackPolicy,
+    /// The tokio runtime of `weft::tokio` (tokio_bridge.rs).
+    #[cfg(feature = "tokio")]
+    pub(crate) tokio: super::tokio_bridge::Bridge,
 }
 
 /// What other threads may touch of one worker.
@@ -303,12 +306,14 @@ pub struct RuntimeBuilder {
     sigquit: Option<SigquitAction>,
     stack_profile: Option<PathBuf>,
     timer_slack: Option<Duration>,
+    #[cfg(feature = "tokio")]
+    tokio: super::tokio_bridge::TokioConfig,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RuntimeBuilder")
-            .field("workers", &self.workers)
+        let mut f = f.debug_struct("RuntimeBuilder");
+        f.field("workers", &self.workers)
             .field("stack_size", &self.stack_size)
             .field("monitor_threshold", &self.monitor_threshold)
             .field(
@@ -318,8 +323,10 @@ impl std::fmt::Debug for RuntimeBuilder {
             .field("max_threads", &self.max_threads)
             .field("sigquit", &self.sigquit)
             .field("stack_profile", &self.stack_profile)
-            .field("timer_slack", &self.timer_slack)
-            .finish()
+            .field("timer_slack", &self.timer_slack);
+        #[cfg(feature = "tokio")]
+        f.field("tokio", &self.tokio);
+        f.finish()
     }
 }
 
@@ -415,6 +422,28 @@ impl RuntimeBuilder {
         self
     }
 
+    /// The tokio runtime whose context `weft::tokio::block_on` enters and on which
+    /// `weft::tokio::spawn_future` runs futures, for this runtime's tasks (feature `tokio`).
+    /// Without it, weft starts a multi-thread tokio runtime at the first use and shuts it
+    /// down when this runtime drops. A runtime handed over stays the caller's: weft never
+    /// shuts it down; if the caller does first, the futures waiting on it end with tokio's
+    /// errors (or panics), and `spawn_future` panics.
+    #[cfg(feature = "tokio")]
+    pub fn tokio_handle(mut self, handle: ::tokio::runtime::Handle) -> Self {
+        self.tokio.handle = Some(handle);
+        self
+    }
+
+    /// The worker threads of the tokio runtime weft starts for this runtime (feature
+    /// `tokio`; unused with [`tokio_handle`](Self::tokio_handle)). Default: one per core, at
+    /// most 4 — futures polled by `weft::tokio::block_on` run on weft's workers, and tokio's
+    /// threads mostly wait on its reactor and timers.
+    #[cfg(feature = "tokio")]
+    pub fn tokio_threads(mut self, n: usize) -> Self {
+        self.tokio.threads = Some(n.max(1));
+        self
+    }
+
     /// Starts the workers.
     ///
     /// # Errors
@@ -507,6 +536,8 @@ impl RuntimeBuilder {
             monitor_warnings: AtomicU64::new(0),
             site_classes,
             profile_path,
+            #[cfg(feature = "tokio")]
+            tokio: super::tokio_bridge::Bridge::new(self.tokio),
         });
         super::stats::register(&shared);
         let timer_slack = self.timer_slack.unwrap_or(DEFAULT_TIMER_SLACK);

@@ -135,6 +135,15 @@ pub(crate) fn current_compute_slot<'a>() -> Option<&'a super::pool_slot::PoolSlo
     Some(&current_worker()?.shared.compute)
 }
 
+/// The tokio bridge of the runtime the running task belongs to (`weft::tokio`); `None` on a
+/// plain thread. Borrowed like `current_compute_slot`: the worker holds its runtime's state
+/// for as long as any of its tasks can run.
+#[cfg(feature = "tokio")]
+pub(crate) fn current_tokio_bridge<'a>() -> Option<&'a super::tokio_bridge::Bridge> {
+    current_header()?;
+    Some(&current_worker()?.shared.tokio)
+}
+
 /// True if this thread is a worker of the runtime behind `shared`.
 pub(crate) fn on_worker_of(shared: &Arc<Shared>) -> bool {
     current_worker().is_some_and(|w| Arc::ptr_eq(&w.shared, shared))

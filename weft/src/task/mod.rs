@@ -22,7 +22,7 @@
 mod compute;
 pub(crate) mod local;
 
-pub use crate::sched::task::join::JoinHandle;
+pub use crate::sched::task::join::{JoinFuture, JoinHandle};
 pub use crate::sched::task::{Cancelled, Task, TaskId};
 pub use local::LocalKey;
 

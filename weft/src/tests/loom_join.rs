@@ -91,3 +91,59 @@ fn loom_join_timeout_races_the_completion() {
         assert_eq!(result.unwrap(), 7);
     });
 }
+
+/// A handle awaited as a future (join.rs invariant 6): two pending polls (the second
+/// replacing the first's waiter) race the completion, then a blocking join takes over. The
+/// result comes out once, and the waiter the completion wakes is the registered one or none.
+#[test]
+fn loom_join_polls_race_the_completion_then_a_join_takes_over() {
+    loom::model(|| {
+        let slot = Arc::new(JoinSlot::<usize>::new());
+        let task = {
+            let slot = slot.clone();
+            thread::spawn(move || {
+                if let Completion::Joined(Some(waiter)) = slot.complete(Ok(7)) {
+                    waiter.wake();
+                }
+            })
+        };
+        let mut result = None;
+        for _ in 0..2 {
+            if result.is_none() {
+                result = slot.poll_wait(|waiter| *waiter = Some(Waiter::current()));
+            }
+        }
+        let result = match result {
+            Some(result) => result,
+            None => {
+                slot.withdraw(); // JoinFuture::into_handle
+                slot.wait(Waiter::current, || park_current(ParkReason::Join))
+            }
+        };
+        assert_eq!(result.unwrap(), 7);
+        task.join().unwrap();
+    });
+}
+
+/// A handle dropped after a pending poll: the completion never reads the waiter the drop
+/// took back, and the result is dropped once.
+#[test]
+fn loom_join_dropped_after_a_poll_races_the_completion() {
+    loom::model(|| {
+        let slot = Arc::new(JoinSlot::<usize>::new());
+        let task = {
+            let slot = slot.clone();
+            thread::spawn(move || match slot.complete(Ok(7)) {
+                Completion::Joined(Some(waiter)) => waiter.wake(),
+                Completion::Joined(None) | Completion::Detached(_) => {}
+            })
+        };
+        if slot
+            .poll_wait(|waiter| *waiter = Some(Waiter::current()))
+            .is_none()
+        {
+            drop(slot.detach());
+        }
+        task.join().unwrap();
+    });
+}

@@ -3,10 +3,11 @@
 //! Owns: one `JoinSlot<T>` per task, shared by the handle and the task's [`Completion`].
 //!
 //! ```text
-//!   EMPTY ──join: waiter stored, CAS──► WAITING ──complete: swap──► DONE (wake the waiter)
-//!                                        └──join timed out: CAS──► EMPTY (the joiner drops its waiter)
+//!   EMPTY ──join, or a poll: waiter stored, CAS──► WAITING ──complete: swap──► DONE (wake the waiter)
+//!                                        └──join timed out, or the next poll: CAS──► EMPTY (the joiner takes its waiter back)
 //!     ├────────────────complete: swap──────────────────────────────► DONE (no one to wake)
 //!     └──handle dropped: swap──► DETACHED ──complete: swap──► DONE (the task drops the result)
+//!   WAITING ──handle dropped after a poll or a cancelled join: swap──► DETACHED (the dropper drops the waiter)
 //!   DONE ──handle dropped: swap──► DETACHED (the dropper drops the result)
 //! ```
 //!
@@ -14,8 +15,10 @@
 //! 1. `result` is written only by the completion, before its swap to DONE; read only by the
 //!    joiner after it saw DONE.
 //! 2. `waiter` is written only by the joiner, before its CAS to WAITING; taken only by the
-//!    completion after its swap saw WAITING.
-//! 3. The slot is completed exactly once, by the task's cell (sched/task/cell.rs invariant 2):
+//!    completion after its swap saw WAITING, or by the joiner after its own CAS or swap took
+//!    the state out of WAITING (a withdrawal, or the handle's drop: the completion then sees
+//!    EMPTY or DETACHED and never reads it).
+//! 3. The slot is completed exactly once, by the task's cell (cell.rs invariant 2):
 //!    with its result, or with a `Cancelled` payload when it was dropped before it ran or
 //!    unwound at a park because it was cancelled.
 //! 4. A result no one will join is dropped by user code's own context, never by a worker
@@ -27,6 +30,12 @@
 //! 5. A joiner that stops waiting (`join_timeout`) takes its waiter back only by its own CAS
 //!    WAITING → EMPTY; if that fails the state is DONE and the result is the joiner's. The
 //!    handle survives a timed-out join, so a later join (or the handle's drop) takes over.
+//! 6. An awaited handle (`JoinFuture`, the handle's `IntoFuture`) is this same joiner, one poll at a
+//!    time: each pending poll withdraws the waker it registered before (invariant 5) and
+//!    registers the new one (a waker that `will_wake` the same task is kept), so the slot
+//!    is an atomic waker; `JoinFuture::into_handle` withdraws before the handle can be
+//!    joined (a `join` writes `waiter` only from EMPTY). A result is taken once: a poll after
+//!    the one that returned it panics.
 //!
 //! May call: the parking of the caller (sched/park.rs), the cooperative budget. Called by:
 //! `cell.rs` (completion), users through [`JoinHandle`] (re-exported by `task`).
@@ -110,13 +119,86 @@ impl<T> JoinSlot<T> {
         // AcqRel: Acquire pairs with the Release of `complete`'s swap, so a result it stored
         // is visible; Release pairs with its Acquire, so the completion sees DETACHED after
         // everything the handle did.
-        if self.state.swap(DETACHED, Ordering::AcqRel) == DONE {
+        match self.state.swap(DETACHED, Ordering::AcqRel) {
             // SAFETY: invariant 1: DONE was observed with Acquire; the completion is finished
             // and no joiner exists any more.
-            unsafe { (*self.result.get()).take() }
-        } else {
-            None
+            DONE => unsafe { (*self.result.get()).take() },
+            WAITING => {
+                // SAFETY: invariant 2: our swap took the state out of WAITING, so the
+                // completion will see DETACHED and never read `waiter`; the joiner that wrote
+                // it is this handle, being dropped. (A waker registered by a poll, or a
+                // cancelled join's waiter: dropped now rather than with the cell.)
+                drop(unsafe { (*self.waiter.get()).take() });
+                None
+            }
+            _ => None,
         }
+    }
+
+    /// Takes back a waiter a poll left registered (invariants 5, 6), before a blocking join
+    /// may register its own (`JoinFuture::into_handle`). Returns with the state EMPTY or DONE.
+    pub(crate) fn withdraw(&self) {
+        // Relaxed: only this joiner ever stores WAITING.
+        if self.state.load(Ordering::Relaxed) != WAITING {
+            return;
+        }
+        // Acquire on failure: the state is DONE; pairs with `complete`'s swap. Relaxed on
+        // success: the completion has not run and read nothing.
+        if self
+            .state
+            .compare_exchange(WAITING, EMPTY, Ordering::Relaxed, Ordering::Acquire)
+            .is_ok()
+        {
+            // SAFETY: invariant 2: back in EMPTY by our CAS, the completion will not read
+            // `waiter`; only this joiner writes it.
+            drop(unsafe { (*self.waiter.get()).take() });
+        }
+    }
+
+    /// The joiner as a future (invariant 6): the result if the task completed, else `None`
+    /// with a waiter registered — `register` gets the slot's waiter (the one an earlier poll
+    /// left, or `None`) to keep or replace.
+    pub(crate) fn poll_wait(
+        &self,
+        register: impl FnOnce(&mut Option<Waiter>),
+    ) -> Option<thread::Result<T>> {
+        // Acquire: pairs with `complete`'s swap (invariant 1).
+        match self.state.load(Ordering::Acquire) {
+            DONE => return Some(self.take_polled()),
+            // Withdraw the earlier poll's waiter (invariant 5). Acquire on failure: DONE.
+            WAITING
+                if self
+                    .state
+                    .compare_exchange(WAITING, EMPTY, Ordering::Relaxed, Ordering::Acquire)
+                    .is_err() =>
+            {
+                return Some(self.take_polled());
+            }
+            _ => {}
+        }
+        // SAFETY: invariant 2: the state is EMPTY (this joiner is the handle, which exists, so
+        // not DETACHED), so the completion does not read `waiter`; only this joiner writes it.
+        register(unsafe { &mut *self.waiter.get() });
+        // Release: publishes `waiter` (pairs with the AcqRel swap in `complete`). Acquire on
+        // failure: the state is DONE; pairs with the Release of that swap.
+        if self
+            .state
+            .compare_exchange(EMPTY, WAITING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            // SAFETY: the CAS failed, so the state is DONE and the completion never read
+            // `waiter`: it is still ours.
+            drop(unsafe { (*self.waiter.get()).take() });
+            return Some(self.take_polled());
+        }
+        None
+    }
+
+    /// The result, after the joiner saw DONE with Acquire (invariant 1), for a poll.
+    fn take_polled(&self) -> thread::Result<T> {
+        // SAFETY: invariant 1: DONE was observed with Acquire, and the completion is finished.
+        let result = unsafe { (*self.result.get()).take() };
+        result.expect("weft: a JoinHandle polled after it returned its result")
     }
 
     pub(crate) fn is_done(&self) -> bool {
@@ -280,8 +362,8 @@ impl<T: 'static> JoinHandle<T> {
             true
         };
         // A joiner cancelled while it waits unwinds out of `wait_timed` with its waiter
-        // still registered: the handle's drop detaches, which the completion handles like a
-        // waiter no one reads (it wakes a task that is gone: a stray token, harmless).
+        // still registered: the handle's drop detaches, which takes the waiter back and
+        // drops it (invariant 2).
         match self.slot().wait_timed(Waiter::current, park) {
             Some(result) => {
                 let this = std::mem::ManuallyDrop::new(self);
@@ -314,6 +396,95 @@ impl<T: 'static> JoinHandle<T> {
     /// The task's id.
     pub fn id(&self) -> TaskId {
         self.task().id()
+    }
+}
+
+/// Awaiting a handle is [`join`](JoinHandle::join) without blocking: `handle.await` gives
+/// what `join` returns, and the task's completion wakes the awaiting future's waker
+/// (sched/task/join.rs invariant 6). So async code (a tokio task) can hand blocking work to a weft
+/// task and await it:
+///
+/// ```
+/// let rt = weft::Runtime::new().unwrap();
+/// let handle = rt.handle();
+/// // Any executor; here a plain thread with weft's own `block_on`.
+/// let n = weft::future::block_on(async move {
+///     let h = handle.spawn(|| {
+///         weft::time::sleep(std::time::Duration::from_millis(5)); // parks only the task
+///         21
+///     });
+///     h.await.unwrap() * 2
+/// });
+/// assert_eq!(n, 42);
+/// ```
+///
+/// `IntoFuture` rather than `Future` on the handle itself, so that `let _ = weft::spawn(..)`
+/// stays a plain detach (clippy flags an unused future).
+#[cfg(not(loom))]
+impl<T: 'static> std::future::IntoFuture for JoinHandle<T> {
+    type Output = thread::Result<T>;
+    type IntoFuture = JoinFuture<T>;
+
+    fn into_future(self) -> JoinFuture<T> {
+        JoinFuture { handle: self }
+    }
+}
+
+/// A [`JoinHandle`] being awaited (its `IntoFuture`): ready with what
+/// [`join`](JoinHandle::join) returns.
+///
+/// Dropping it detaches the task, as dropping the handle does; it does not cancel it
+/// ([`handle`](Self::handle)`().cancel()` does).
+///
+/// # Panics
+/// When polled again after it returned its output.
+#[cfg(not(loom))]
+#[must_use = "futures do nothing unless awaited"]
+pub struct JoinFuture<T> {
+    handle: JoinHandle<T>,
+}
+
+#[cfg(not(loom))]
+impl<T: 'static> JoinFuture<T> {
+    /// The handle being awaited: to cancel the task, or look whether it finished.
+    pub fn handle(&self) -> &JoinHandle<T> {
+        &self.handle
+    }
+
+    /// The handle back, to [`join`](JoinHandle::join) it after all; the waker a pending poll
+    /// registered is taken back first.
+    pub fn into_handle(self) -> JoinHandle<T> {
+        self.handle.slot().withdraw();
+        self.handle
+    }
+}
+
+#[cfg(not(loom))]
+impl<T: 'static> std::future::Future for JoinFuture<T> {
+    type Output = thread::Result<T>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<thread::Result<T>> {
+        let waker = cx.waker();
+        let registered = self.handle.slot().poll_wait(|waiter| match waiter {
+            Some(Waiter::Waker(old)) if old.will_wake(waker) => {}
+            _ => *waiter = Some(Waiter::Waker(Box::new(waker.clone()))),
+        });
+        match registered {
+            Some(result) => std::task::Poll::Ready(result),
+            None => std::task::Poll::Pending,
+        }
+    }
+}
+
+#[cfg(not(loom))]
+impl<T: 'static> fmt::Debug for JoinFuture<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JoinFuture")
+            .field("task", &self.handle.task())
+            .finish()
     }
 }
 
