@@ -53,13 +53,12 @@ fn poll_locked<A: ArmSlot>(arms: &mut [A], perm: &[usize]) -> Option<usize> {
         *slot = i;
     }
     by_addr.sort_unstable_by_key(|&i| arms[i].arm().chan_addr());
-    // The arms that take their channel's lock: the first of each channel in address order.
-    let (mut stack, mut heap) = ([false; MAX_ARMS], Vec::new());
-    let takes_lock = scratch(arms.len(), &mut stack, &mut heap);
+    // The arm that takes its channel's lock: the first of each channel in address order.
+    let takes_lock = |arms: &mut [A], k: usize| {
+        k == 0 || arms[by_addr[k - 1]].arm().chan_addr() != arms[by_addr[k]].arm().chan_addr()
+    };
     for k in 0..by_addr.len() {
-        takes_lock[k] =
-            k == 0 || arms[by_addr[k - 1]].arm().chan_addr() != arms[by_addr[k]].arm().chan_addr();
-        if takes_lock[k] {
+        if takes_lock(arms, k) {
             arms[by_addr[k]].arm().lock();
         }
     }
@@ -69,7 +68,7 @@ fn poll_locked<A: ArmSlot>(arms: &mut [A], perm: &[usize]) -> Option<usize> {
         .copied()
         .find(|&i| unsafe { arms[i].arm().try_held() });
     for k in 0..by_addr.len() {
-        if takes_lock[k] {
+        if takes_lock(arms, k) {
             // SAFETY: locked above, once per channel.
             unsafe { arms[by_addr[k]].arm().unlock() };
         }
@@ -80,9 +79,10 @@ fn poll_locked<A: ArmSlot>(arms: &mut [A], perm: &[usize]) -> Option<usize> {
     chosen
 }
 
-/// Arms whose scratch lists (poll order, lock order) live on the stack; a `Select` with more
-/// takes them from the heap.
-const MAX_ARMS: usize = 64;
+/// Arms whose scratch lists (poll order, lock order) live on the stack; a select with more
+/// takes them from the heap. Small, because the lists are zeroed at each select: at 64 the
+/// zeroing was a third of a `select!` that finds nothing ready.
+const MAX_ARMS: usize = 16;
 
 /// A scratch list of `n` items: on the stack up to [`MAX_ARMS`], else in `heap`.
 fn scratch<'s, T: Copy + Default>(
@@ -141,22 +141,27 @@ pub(crate) fn select<A: ArmSlot>(
             *p = i;
         }
         order(perm);
+        if default {
+            // Invariant 5: with a `default` arm, only the locked poll — one lock per channel
+            // either way, where a first unlocked look would double them when nothing is ready
+            // (the common case of a `default` loop). Go's `selectgo` locks every channel too.
+            return Some(match poll_locked(arms, perm) {
+                Some(i) => Selected::Arm(i),
+                None => Selected::Default,
+            });
+        }
         for &i in perm.iter() {
             if arms[i].arm().try_now() {
                 return Some(Selected::Arm(i));
             }
         }
         let timed_out = deadline.is_some_and(|d| Instant::now() >= d);
-        if default || timed_out {
+        if timed_out {
             // Invariant 5: "nothing ready" only as seen under every lock at once.
             if let Some(i) = poll_locked(arms, perm) {
                 return Some(Selected::Arm(i));
             }
-            return Some(if default {
-                Selected::Default
-            } else {
-                Selected::Timeout
-            });
+            return Some(Selected::Timeout);
         }
         let sel = Selector::new();
         let mut registered = 0;
