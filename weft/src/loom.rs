@@ -10,3 +10,9 @@ pub(crate) use loom::sync;
 
 #[cfg(not(loom))]
 pub(crate) use std::sync;
+
+#[cfg(loom)]
+pub(crate) use loom::thread;
+
+#[cfg(not(loom))]
+pub(crate) use std::thread;

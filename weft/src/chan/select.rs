@@ -75,12 +75,9 @@ fn next_random() -> u64 {
     })
 }
 
-/// Fisher–Yates shuffle of the poll order.
-fn shuffle(order: &mut [usize]) {
-    for i in (1..order.len()).rev() {
-        let j = (((next_random() >> 32) * (i as u64 + 1)) >> 32) as usize;
-        order.swap(i, j);
-    }
+/// A random index below `n`: the next draw of the poll order (core's `select`).
+fn pick_random(n: usize) -> usize {
+    (((next_random() >> 32) * n as u64) >> 32) as usize
 }
 
 fn park(deadline: Option<Instant>) -> bool {
@@ -99,9 +96,10 @@ pub fn run<A: ArmSlot>(
     // coop.rs invariant 2, also with a `default` arm: a loop over such a select that never
     // finds an arm ready must still let its worker's other tasks run.
     crate::sched::coop::spend();
-    let order: &mut dyn FnMut(&mut [usize]) = if biased { &mut |_| {} } else { &mut shuffle };
+    // Biased: every draw takes the first arm not placed yet, the order written.
+    let pick: &mut dyn FnMut(usize) -> usize = if biased { &mut |_| 0 } else { &mut pick_random };
     loop {
-        match super::core::select(arms, deadline, default, order, &mut park) {
+        match super::core::select(arms, deadline, default, pick, &mut park) {
             Some(selected) => return selected,
             // Cancelled with no arm completed (core.rs invariant 8); returns only if the
             // cancellation was stale, and the select polls again.

@@ -62,10 +62,10 @@ impl<T> Mutex<T> {
             }
             while self.locked.load(Ordering::Relaxed) {
                 spins += 1;
-                #[cfg(loom)]
-                loom::thread::yield_now();
-                #[cfg(not(loom))]
-                if spins < 64 {
+                if cfg!(loom) {
+                    // The model must run the holder: a spinner yields to it at once.
+                    crate::loom::thread::yield_now();
+                } else if spins < 64 {
                     std::hint::spin_loop();
                 } else {
                     std::thread::yield_now();

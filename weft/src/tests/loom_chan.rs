@@ -119,7 +119,7 @@ fn loom_select_registration_takes_at_most_one_value() {
         let mut arm_b = RecvArm::new(&b);
         let picked = {
             let mut arms: [&mut dyn SelectArm; 2] = [&mut arm_a, &mut arm_b];
-            select(&mut arms, None, false, &mut |_| {}, &mut park)
+            select(&mut arms, None, false, &mut |_| 0, &mut park)
         };
         let picked = picked.expect("not cancelled");
         let (sent_a, sent_b) = sender.join().unwrap();
@@ -208,7 +208,7 @@ fn loom_a_cancelled_select_keeps_or_leaves_the_value() {
                     &mut arms,
                     None,
                     false,
-                    &mut |_| {},
+                    &mut |_| 0,
                     &mut cancellable_park(&flag),
                 )
             };
@@ -260,7 +260,7 @@ fn loom_select_default_is_linearizable() {
                 &mut arms,
                 None,
                 true,
-                &mut |order| order.reverse(),
+                &mut |n| n - 1, // r2 first: the last arm is drawn first
                 &mut park,
             )
         };
