@@ -356,7 +356,11 @@ fn a_cancelled_joiner_drops_the_result_once() {
         dropped.sort_unstable();
         let mut expected = made.lock().unwrap().clone();
         expected.sort_unstable();
-        assert!(expected.len() >= 50, "{policy}: only {} joiners ran", expected.len());
+        assert!(
+            expected.len() >= 50,
+            "{policy}: only {} joiners ran",
+            expected.len()
+        );
         assert_eq!(
             dropped, expected,
             "{policy}: a result dropped twice or never"
