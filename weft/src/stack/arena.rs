@@ -55,6 +55,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::mode::{add, sub, IMAGE_BYTES};
 use super::page_count::PageCount;
 use super::region;
 
@@ -349,6 +350,7 @@ pub(crate) fn alloc(len: usize) -> *mut u8 {
     } else {
         CURSOR.with(|cursor| carve(&mut cursor.borrow_mut(), need))
     };
+    add(&IMAGE_BYTES, need as u64);
     let image = at as *mut u8;
     // SAFETY: `[at, at + need)` is ours alone (invariant 2), in a mapped segment, 8-aligned.
     unsafe {
@@ -447,6 +449,7 @@ pub(crate) unsafe fn free(image: *mut u8) {
     };
     let start = image as usize;
     let need = (HEADER + len).next_multiple_of(8);
+    sub(&IMAGE_BYTES, need as u64);
     free_range(
         &IMAGES,
         &CURSOR,

@@ -128,8 +128,11 @@ pub(super) static COMPACTION_RELEASED_BYTES: CachePadded<AtomicU64> =
 pub(super) static RESTORES: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
 pub(super) static FAULT_RESTORES: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
 pub(super) static ZERO_FILLS: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
+/// Bytes the images of compacted tasks take in their arena, headers and padding included
+/// (arena.rs `alloc`).
+pub(super) static IMAGE_BYTES: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
 
-/// A snapshot of the stack-shrinking counters, process-wide; cheap (eight Relaxed loads).
+/// A snapshot of the stack-shrinking counters, process-wide; cheap (Relaxed loads).
 /// Released bytes count the pages that were mapped (`mincore`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
@@ -149,6 +152,10 @@ pub struct Counters {
     pub fault_restores: u64,
     /// Missing pages of resident slots the fault thread filled with zeros (stack growth).
     pub zero_fills: u64,
+    /// Bytes the images of the compacted tasks take now in their arena: the live bytes
+    /// (`compacted_live_bytes`) plus each image's 8-byte header and padding to 8 bytes.
+    /// Divided by `compacted_tasks`, an image's cost per task.
+    pub image_bytes: u64,
 }
 
 /// The stack-shrinking counters now (see [`Counters`]).
@@ -168,6 +175,7 @@ pub fn counters() -> Counters {
         restores: r(&RESTORES),
         fault_restores: r(&FAULT_RESTORES),
         zero_fills: r(&ZERO_FILLS),
+        image_bytes: r(&IMAGE_BYTES),
     }
 }
 
