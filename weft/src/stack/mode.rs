@@ -179,6 +179,12 @@ pub fn counters() -> Counters {
     }
 }
 
+/// Restores so far (one Relaxed load): the slot pools' wake-storm trim (stack/mod.rs,
+/// `STORM_BATCH`).
+pub(super) fn restores() -> u64 {
+    RESTORES.load(Ordering::Relaxed)
+}
+
 pub(super) fn add(counter: &AtomicU64, n: u64) {
     counter.fetch_add(n, Ordering::Relaxed);
 }
