@@ -134,7 +134,7 @@ pub struct Snapshot {
     /// Live stack bytes held in heap buffers by compacted tasks now (stack layer).
     pub stack_compacted_bytes: u64,
     /// Bytes the compacted tasks' stack images take in their arena now: the live bytes
-    /// (`stack_compacted_bytes`) plus each image's header and padding (stack layer).
+    /// (`stack_compacted_bytes`) plus each image's 8-byte header (stack layer).
     pub stack_image_bytes: u64,
     /// Compactions since the start (stack layer).
     pub compactions: u64,

@@ -55,7 +55,6 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::mode::{add, sub, IMAGE_BYTES};
 use super::page_count::PageCount;
 use super::region;
 
@@ -80,7 +79,7 @@ const RELEASE_SLEEP: Duration = Duration::from_millis(1);
 const RELEASE_AGE: Duration = Duration::from_millis(100);
 /// Bytes before an image's contents: its length (4 bytes), then its segment (3 bytes) and
 /// the depth its slot had ([`set_depth`], 1 byte) in one 4-byte word.
-const HEADER: usize = 8;
+pub(super) const HEADER: usize = 8;
 /// The segment's bits of the header's second word ([`MAX_SEGMENTS`] fits).
 const SEGMENT_BITS: u32 = 24;
 const SEGMENT_MASK: u32 = (1 << SEGMENT_BITS) - 1;
@@ -350,7 +349,6 @@ pub(crate) fn alloc(len: usize) -> *mut u8 {
     } else {
         CURSOR.with(|cursor| carve(&mut cursor.borrow_mut(), need))
     };
-    add(&IMAGE_BYTES, need as u64);
     let image = at as *mut u8;
     // SAFETY: `[at, at + need)` is ours alone (invariant 2), in a mapped segment, 8-aligned.
     unsafe {
@@ -449,7 +447,6 @@ pub(crate) unsafe fn free(image: *mut u8) {
     };
     let start = image as usize;
     let need = (HEADER + len).next_multiple_of(8);
-    sub(&IMAGE_BYTES, need as u64);
     free_range(
         &IMAGES,
         &CURSOR,

@@ -212,7 +212,11 @@ fn compact_run(run: &[Candidate<'_>], observe: &mut impl FnMut(usize, usize)) {
     // Everything allocated before the locks (invariant 6).
     let images: Vec<*mut u8> = run
         .iter()
-        .map(|c| image_alloc(c.slot + size - c.lo))
+        .map(|c| {
+            // mode.rs `Counters::image_bytes` counts no padding.
+            debug_assert_eq!((c.slot + size - c.lo) % 16, 0, "an image of odd length");
+            image_alloc(c.slot + size - c.lo)
+        })
         .collect();
     let mut resident = vec![0u8; len / page];
     let starts: Vec<usize> = run.iter().map(|c| c.slot).collect();
