@@ -60,8 +60,8 @@
 //! join of `examples/million`: a million restores in ≈1.3 s), each restore takes a fresh page
 //! while the finished tasks' pages wait warm, and resident stack pages followed the woken
 //! tasks, not the running ones (the whole run peaked at 3.5–3.6 GiB against Go's 2.7). So a
-//! trim that owes restores (since its pool last had no excess) releases up to [`STORM_BATCH`]
-//! slots, batch by batch while the batches merge into few ranges (cheap: the exits of tasks
+//! trim that owes more than [`STORM_SLACK`] restores (since its pool last had no excess)
+//! releases up to [`STORM_BATCH`] slots, batch by batch while the batches merge into few ranges (cheap: the exits of tasks
 //! woken in spawn order are neighbours), and the whole run's peak stays the spawn's (1.1 GiB).
 //!
 //! # Parked stacks give their memory back
@@ -149,6 +149,13 @@ const STORM_BATCH: usize = 16 * TRIM_BATCH;
 /// A storm's trim batch goes on only where its slots merged into this many times fewer
 /// ranges.
 const STORM_MERGE: usize = 8;
+/// Restores a pool may owe before its trim speeds up (see [`STORM_BATCH`]): the stack pages
+/// a storm may hold beyond the running tasks and the warm caches (128 MiB of 4 KiB pages).
+/// A smaller storm is trimmed at the ordinary pace after its wakes, as before: speeding up
+/// moves the releases' CPU into the wakes (measured here, 20,000 compacted tasks woken at
+/// once, `weft-bench wake`: +10–20 % CPU per wake until the last ran, the same with the
+/// exits' cleanup).
+const STORM_SLACK: u64 = 8 * SHARED_WARM_SLOTS as u64;
 /// Slots a worker takes from the shared pool at once when its cache is empty: one lock and
 /// one guard-installing syscall for all of them. As many as the cache holds, because a
 /// worker's consecutive slots become one run when their tasks are compacted, and a run pays
@@ -472,8 +479,8 @@ impl SlotPool {
 
     /// Releases up to [`TRIM_BATCH`] excess warm slots if the last release was long enough ago
     /// — up to [`STORM_BATCH`] during a wake storm, one for each restore (of any class: the
-    /// counter is process-wide) since the pool last had no excess. Returns when to call
-    /// again, or `None` when there is no excess.
+    /// counter is process-wide) past [`STORM_SLACK`] since the pool last had no excess.
+    /// Returns when to call again, or `None` when there is no excess.
     fn trim<'a>(&'a self, inner: std::sync::MutexGuard<'a, PoolInner>) -> Option<Duration> {
         let excess = inner.warm.len().saturating_sub(SHARED_WARM_SLOTS);
         if excess == 0 {
@@ -488,7 +495,9 @@ impl SlotPool {
         // A wake storm: restores took fresh pages since the last look while finished tasks'
         // slots sat warm here. Those may go back faster, as long as they go cheaply.
         let restores = mode::restores();
-        let debt = restores.saturating_sub(inner.restores_seen) as usize;
+        let debt = restores
+            .saturating_sub(inner.restores_seen)
+            .saturating_sub(STORM_SLACK) as usize;
         let storm = debt.min(excess).min(STORM_BATCH);
         let released = self.release_oldest(inner, excess.min(TRIM_BATCH.max(storm)), storm > 0);
         if storm > 0 {
