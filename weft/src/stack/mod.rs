@@ -59,7 +59,7 @@
 //! A *wake storm* is the exception: when compacted tasks are restored faster than that (the
 //! join of `examples/million`: a million restores in ≈1.3 s), each restore takes a fresh page
 //! while the finished tasks' pages wait warm, and resident stack pages followed the woken
-//! tasks, not the running ones (the whole run peaked at 3.5–3.6 GiB against Go's 2.7). So a
+//! tasks, not the running ones (the whole run peaked at 3.4–3.5 GiB against Go's 2.6). So a
 //! trim that owes more than [`STORM_SLACK`] restores (since its pool last had no excess)
 //! releases up to [`STORM_BATCH`] slots, batch by batch while the batches merge into few ranges (cheap: the exits of tasks
 //! woken in spawn order are neighbours), and the whole run's peak stays the spawn's (1.1 GiB).
@@ -140,7 +140,7 @@ pub const TRIM_BATCH: usize = 128;
 /// long as each batch goes back as at most `TRIM_BATCH / STORM_MERGE` ranges: the exits of
 /// tasks woken in spawn order return neighbouring slots, a range of which costs the kernel
 /// about what one slot does. So resident stack pages stay near the running tasks plus the
-/// warm caches, not the woken tasks: the whole run of a million peaked at 3.7 GiB before,
+/// warm caches, not the woken tasks: the whole run of a million peaked at 3.4–3.5 GiB before,
 /// its join restoring a page per task faster than the trim gave them back (100K slots a
 /// second). Exits in random order (sleepers waking at random deadlines) merge into no
 /// ranges, and their trim keeps its pace, whose CPU falls outside the wakes; so does a
