@@ -60,9 +60,10 @@
 //! join of `examples/million`: a million restores in ≈1.3 s), each restore takes a fresh page
 //! while the finished tasks' pages wait warm, and resident stack pages followed the woken
 //! tasks, not the running ones (the whole run peaked at 3.4–3.5 GiB against Go's 2.6). So a
-//! trim that owes more than [`STORM_SLACK`] restores (since its pool last had no excess)
-//! releases up to [`STORM_BATCH`] slots, batch by batch while the batches merge into few ranges (cheap: the exits of tasks
-//! woken in spawn order are neighbours), and the whole run's peak stays the spawn's (1.1 GiB).
+//! trim that owes more than `STORM_SLACK` restores (since its pool last had no excess)
+//! releases up to `STORM_BATCH` slots, batch by batch while the batches merge into few
+//! ranges (cheap: the exits of tasks woken in spawn order are neighbours), and the whole
+//! run's peak stays the spawn's (1.1 GiB).
 //!
 //! # Parked stacks give their memory back
 //! A parked task needs only its live frames: a few hundred bytes at the top of its slot. Its
