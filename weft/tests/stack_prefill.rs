@@ -13,11 +13,13 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use weft::stack::{StackMode, StackPolicy};
-
 mod common;
 
 use common::watchdog;
+
+fn eager_runtime() -> Option<weft::Runtime> {
+    common::eager_runtime(1)
+}
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -68,22 +70,6 @@ fn open(gate: &AtomicBool, tasks: Vec<weft::JoinHandle<()>>) {
         task.task().unpark();
         task.join().unwrap();
     }
-}
-
-/// One worker that compacts at its first step after a park; `None` (the test skips, with the
-/// reason printed) where this process cannot compact.
-fn eager_runtime() -> Option<weft::Runtime> {
-    let rt = weft::Runtime::builder()
-        .workers(1)
-        .stack_policy(StackPolicy::eager())
-        .build()
-        .unwrap();
-    let mode = weft::stack::mode();
-    if mode != StackMode::Compact {
-        eprintln!("skipped: stack mode is {mode}");
-        return None;
-    }
-    Some(rt)
 }
 
 #[test]
