@@ -266,7 +266,7 @@ impl Worker {
     /// (tests/placement_std_blocking.rs). Nor does a thief leave more than
     /// [`DEFER_MAX_QUEUED`] waiting there: live tasks are not CPU load, and a victim with that
     /// many new tasks queued is short of time, whatever it hosts.
-    fn defers_to(&self, victim: &Remote) -> bool {
+    pub(super) fn defers_to(&self, victim: &Remote) -> bool {
         if !self.shared.has_monitor.load(Ordering::Relaxed) || victim.stuck.load(Ordering::Relaxed)
         {
             return false;

@@ -298,6 +298,17 @@ impl Worker {
         )
     }
 
+    /// Whether `next_task` would find something: the final check before a sleep (idle.rs
+    /// step 3) and the spin's test.
+    ///
+    /// Another worker's never-started tasks count only if this worker would take them
+    /// (`defers_to`): counted regardless, they kept a worker that leaves them to their own
+    /// worker going round its loop without sleeping — an echo server's accepts, spawned on
+    /// one worker and left there by the other, made that one call `idle` 13 times per
+    /// connection, a third of the server's CPU. Left to their worker, they do not strand it:
+    /// the spawner wakes an idle worker at its first spawn and every `WAKE_CHECK_EVERY`
+    /// (spawn.rs), and the monitor does when it finds their worker stuck, so this one
+    /// re-checks as their number or their worker's state changes.
     fn has_work(&self) -> bool {
         self.has_ready()
             || self.remote.flags.pushed_pending()
@@ -310,7 +321,9 @@ impl Worker {
                 .zip(&self.shared.remotes)
                 .enumerate()
                 .any(|(i, (s, r))| {
-                    i != self.index && (!s.is_empty() || r.placed_len.load(Ordering::Relaxed) > 0)
+                    i != self.index
+                        && (!s.is_empty() || r.placed_len.load(Ordering::Relaxed) > 0)
+                        && !self.defers_to(r)
                 })
             || self.shared.shutdown.load(Ordering::Relaxed)
     }
