@@ -327,15 +327,20 @@ impl Worker {
     /// Whether `next_task` would find something: the final check before a sleep (idle.rs
     /// step 3) and the spin's test.
     ///
-    /// Another worker's never-started tasks count only if this worker would take them
-    /// (`defers_to`): counted regardless, they kept a worker that leaves them to their own
-    /// worker going round its loop without sleeping — an echo server's accepts, spawned on
-    /// one worker and left there by the other, made that one call `idle` 13 times per
-    /// connection, a third of the server's CPU. Left to their worker, they do not strand it:
-    /// the spawner wakes an idle worker at its first spawn and every `WAKE_CHECK_EVERY`
-    /// (spawn.rs), and the monitor does when it finds their worker stuck, so this one
-    /// re-checks as their number or their worker's state changes.
-    fn has_work(&self) -> bool {
+    /// In the final check (`leave_deferred`), another worker's never-started tasks count only
+    /// if this worker would take them (`defers_to`): counted regardless, they kept a worker
+    /// that leaves them to their own worker going round its loop without sleeping — an echo
+    /// server's accepts, spawned on one worker and left there by the other, made that one
+    /// call `idle` 13 times per connection, a third of the server's CPU. Left to their
+    /// worker, they do not strand it: the spawner wakes an idle worker at its first spawn and
+    /// every `WAKE_CHECK_EVERY` (spawn.rs), and the monitor does when it finds their worker
+    /// stuck, so this one re-checks as their number or their worker's state changes.
+    ///
+    /// The spin's test counts them all, as before: a worker without sockets that spins
+    /// while another spawns and joins stays awake, so the spawner's wakes find nobody asleep
+    /// (leaving them out there made `weft-bench cost`'s spawn + join 15 % slower: the idle
+    /// worker slept, and each spawn woke it). A worker with sockets does not spin (`idle`).
+    fn has_work(&self, leave_deferred: bool) -> bool {
         self.has_ready()
             || self.remote.flags.pushed_pending()
             || !self.new_tasks.is_empty()
@@ -349,7 +354,7 @@ impl Worker {
                 .any(|(i, (s, r))| {
                     i != self.index
                         && (!s.is_empty() || r.placed_len.load(Ordering::Relaxed) > 0)
-                        && !self.defers_to(r)
+                        && !(leave_deferred && self.defers_to(r))
                 })
             || self.shared.shutdown.load(Ordering::Relaxed)
     }
@@ -377,7 +382,7 @@ impl Worker {
         let start = Instant::now();
         'wait: while Instant::now() < deadline {
             for _ in 0..32 {
-                if self.has_work() {
+                if self.has_work(true) {
                     break 'wait;
                 }
                 std::hint::spin_loop();
@@ -420,7 +425,7 @@ impl Worker {
                     break 'spin;
                 }
                 for _ in 0..32 {
-                    if self.has_work() {
+                    if self.has_work(false) {
                         found = true;
                         break 'spin;
                     }
@@ -457,7 +462,7 @@ impl Worker {
         }
         // idle.rs step 3 (the fence is inside).
         self.remote.flags.prepare_sleep();
-        if !self.has_work() {
+        if !self.has_work(true) {
             let timer_due = self
                 .fire_timers()
                 .map(|deadline| deadline.saturating_duration_since(Instant::now()));
