@@ -507,7 +507,7 @@ fn free_range(
 /// A block of `size` bytes (a multiple of 64, at most [`LARGE`]) for a task cell: 64-aligned,
 /// carved from this thread's run of the cell arena. Give it back with [`free_cell`].
 pub(crate) fn alloc_cell(size: usize) -> NonNull<u8> {
-    debug_assert!(size % 64 == 0 && size > 0 && size <= LARGE);
+    debug_assert!(size.is_multiple_of(64) && size > 0 && size <= LARGE);
     let carved = CELL_CURSOR
         .try_with(|cursor| {
             let mut cursor = cursor.try_borrow_mut().ok()?;
