@@ -194,9 +194,14 @@ impl Worker {
         task.or_else(|| self.steal_from_injector())
             .or_else(|| self.steal_from_workers())
             .or_else(|| {
-                // Out of work: expired timers and I/O events may make some.
+                // Out of work: expired timers and I/O events may make some. A worker with
+                // sockets leaves its I/O to the wait it is about to make (`Worker::idle`),
+                // which returns at once with whatever is ready: a poll here first was a
+                // second `epoll_wait`, mostly empty, before every sleep.
                 self.fire_timers();
-                self.poll_io();
+                if !super::io::has_sources(&self.remote) {
+                    self.poll_io();
+                }
                 self.ready.borrow_mut().pop_front()
             })
     }
@@ -266,7 +271,7 @@ impl Worker {
     /// (tests/placement_std_blocking.rs). Nor does a thief leave more than
     /// [`DEFER_MAX_QUEUED`] waiting there: live tasks are not CPU load, and a victim with that
     /// many new tasks queued is short of time, whatever it hosts.
-    fn defers_to(&self, victim: &Remote) -> bool {
+    pub(super) fn defers_to(&self, victim: &Remote) -> bool {
         if !self.shared.has_monitor.load(Ordering::Relaxed) || victim.stuck.load(Ordering::Relaxed)
         {
             return false;

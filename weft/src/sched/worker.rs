@@ -182,6 +182,9 @@ pub(crate) struct Worker {
     pub(super) timer_seq: Cell<u64>,
     /// Idle spins in a row that found nothing (see `idle`).
     spin_misses: Cell<u32>,
+    /// When the next idle stack step is due, on `clock`'s scale; 0: at the next idle
+    /// (`idle_stack_step`).
+    step_due: Cell<u64>,
     /// Spawns onto `new_tasks` since the running task was resumed (see `Spawner::submit`).
     pub(super) spawns_this_resume: Cell<u32>,
     /// `remote.running_name` holds a name (see there).
@@ -224,6 +227,7 @@ impl Worker {
             timers: RefCell::new(BTreeMap::new()),
             timer_seq: Cell::new(0),
             spin_misses: Cell::new(0),
+            step_due: Cell::new(0),
             spawns_this_resume: Cell::new(0),
             named_running: Cell::new(false),
             clock: Cell::new(clock_now()),
@@ -298,7 +302,45 @@ impl Worker {
         )
     }
 
-    fn has_work(&self) -> bool {
+    /// [`Self::stack_step`] for a worker about to sleep, skipped until the last step's
+    /// answer is due by the worker's coarse clock (`clock`, refreshed after each sleep); then
+    /// it returns what is left of that wait, which the sleep does not overrun by more than the
+    /// clock's lag. A step reads the clock twice, and a socket worker goes to sleep tens of
+    /// thousands of times a second (perf put 6 % of an echo server's CPU on those reads,
+    /// though in this VM a sleep's wake-up may be smeared onto the reads near it).
+    fn idle_stack_step(&self) -> Option<Duration> {
+        let now = self.clock.get();
+        let due = self.step_due.get();
+        if due != 0 && now < due {
+            return Some(Duration::from_nanos(due - now));
+        }
+        let next = self.stack_step();
+        // 0: run the next time too (a step with nothing queued reads no clock).
+        let due = next.map_or(0, |d| {
+            now.saturating_add(d.as_nanos().min(u64::MAX as u128) as u64)
+                .max(1)
+        });
+        self.step_due.set(due);
+        next
+    }
+
+    /// Whether `next_task` would find something: the final check before a sleep (idle.rs
+    /// step 3) and the spin's test.
+    ///
+    /// In the final check (`leave_deferred`), another worker's never-started tasks count only
+    /// if this worker would take them (`defers_to`): counted regardless, they kept a worker
+    /// that leaves them to their own worker going round its loop without sleeping — an echo
+    /// server's accepts, spawned on one worker and left there by the other, made that one
+    /// call `idle` 13 times per connection, a third of the server's CPU. Left to their
+    /// worker, they do not strand it: the spawner wakes an idle worker at its first spawn and
+    /// every `WAKE_CHECK_EVERY` (spawn.rs), and the monitor does when it finds their worker
+    /// stuck, so this one re-checks as their number or their worker's state changes.
+    ///
+    /// The spin's test counts them all, as before: a worker without sockets that spins
+    /// while another spawns and joins stays awake, so the spawner's wakes find nobody asleep
+    /// (leaving them out there made `weft-bench cost`'s spawn + join 15 % slower: the idle
+    /// worker slept, and each spawn woke it). A worker with sockets does not spin (`idle`).
+    fn has_work(&self, leave_deferred: bool) -> bool {
         self.has_ready()
             || self.remote.flags.pushed_pending()
             || !self.new_tasks.is_empty()
@@ -310,7 +352,9 @@ impl Worker {
                 .zip(&self.shared.remotes)
                 .enumerate()
                 .any(|(i, (s, r))| {
-                    i != self.index && (!s.is_empty() || r.placed_len.load(Ordering::Relaxed) > 0)
+                    i != self.index
+                        && (!s.is_empty() || r.placed_len.load(Ordering::Relaxed) > 0)
+                        && !(leave_deferred && self.defers_to(r))
                 })
             || self.shared.shutdown.load(Ordering::Relaxed)
     }
@@ -338,7 +382,7 @@ impl Worker {
         let start = Instant::now();
         'wait: while Instant::now() < deadline {
             for _ in 0..32 {
-                if self.has_work() {
+                if self.has_work(true) {
                     break 'wait;
                 }
                 std::hint::spin_loop();
@@ -381,7 +425,7 @@ impl Worker {
                     break 'spin;
                 }
                 for _ in 0..32 {
-                    if self.has_work() {
+                    if self.has_work(false) {
                         found = true;
                         break 'spin;
                     }
@@ -402,7 +446,7 @@ impl Worker {
         // Going to sleep: give back the stack memory of a past burst, step by step, waking up
         // for the next step (stack/mod.rs, "Warm slots"), shrink parked tasks' stacks, and
         // give back the task cells of a past burst (stack/cell_cache.rs invariant 4).
-        let trim_due = match (stack::trim_idle(), self.stack_step()) {
+        let trim_due = match (stack::trim_idle(), self.idle_stack_step()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
@@ -410,13 +454,15 @@ impl Worker {
             (Some(due), true) => Some(due.min(stack::TRIM_INTERVAL)),
             (due, cells) => due.or(cells.then_some(stack::TRIM_INTERVAL)),
         };
-        self.restore_due_soon();
+        if !self.timers.borrow().is_empty() {
+            self.restore_due_soon();
+        }
         if self.await_close_deadline() {
             return;
         }
         // idle.rs step 3 (the fence is inside).
         self.remote.flags.prepare_sleep();
-        if !self.has_work() {
+        if !self.has_work(true) {
             let timer_due = self
                 .fire_timers()
                 .map(|deadline| deadline.saturating_duration_since(Instant::now()));
@@ -429,19 +475,26 @@ impl Worker {
             let fired = self.has_ready();
             if !fired && timeout != Some(Duration::ZERO) {
                 stack::release_emptied_images(timeout);
-                let slept = Instant::now();
+                // One clock for the sleep's length and the worker's coarse clock: two reads
+                // per sleep, not three (a socket worker sleeps often).
+                let before = clock_now();
                 let woken = super::io::wait(&self.remote, timeout);
+                let after = clock_now();
+                self.clock.set(after);
                 // Woken early by a notify or I/O (not by the timeout: timers alone never
                 // justify spinning) soon after sleeping.
-                let slept = slept.elapsed();
+                let slept = Duration::from_nanos(after.saturating_sub(before));
                 self.remote.activity.idled(slept);
                 if woken && slept < SPIN {
                     self.spin_misses.set(0);
                 }
+            } else {
+                self.clock.set(clock_now());
             }
+        } else {
+            self.clock.set(clock_now());
         }
         self.remote.flags.end_sleep();
-        self.clock.set(clock_now());
         self.tracing.set(trace::on());
         // monitor.rs "Idle" step 2.
         self.shared.monitor_rest.worker_awake();
