@@ -8,7 +8,7 @@
 //! Every `threshold / 2` it reads each worker's `resumes` and `running_id`. A worker whose
 //! count has not moved for `threshold` while one task runs is stuck:
 //! 1. It marks the worker `Remote::stuck` (cleared once its count moves), which lets thieves
-//!    with more live tasks than it steal its never-started tasks too (worker.rs,
+//!    with more live tasks than it steal its never-started tasks too (queue.rs,
 //!    `defers_to`), and if its `new_tasks` deque holds some, it wakes a sleeping worker
 //!    (`Shared::wake_idle_worker`), whose search steals them (sched/mod.rs invariant 1: only
 //!    never-started tasks move; the stuck worker's woken, started tasks stay — moving them
