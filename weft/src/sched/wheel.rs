@@ -353,25 +353,50 @@ impl<T: Copy> Wheel<T> {
         Some(self.mins[level * SLOTS + slot].max(start))
     }
 
-    /// Calls `f` with up to `max` values expiring by `horizon`, from the earliest slot, if
-    /// the earliest expiry is by then, looking at no more than `max` entries of it: a hint
-    /// for work ahead of time, and what it skips simply fires later as usual.
+    /// Calls `f` with the values expiring by `horizon`, looking at no more than `max`
+    /// entries, from the earliest slots on: a hint for work ahead of time, and what it skips
+    /// simply fires later as usual. With precise timers, the timers due within a horizon lie
+    /// in many slots; with a slack, in one or two.
     pub(super) fn peek_due(&self, horizon: u64, max: usize, mut f: impl FnMut(T)) {
-        let list = if !self.lists[FIRING as usize].is_empty() {
-            &self.lists[FIRING as usize]
-        } else {
-            match self.next_slot() {
-                Some((level, slot, _)) if self.mins[level * SLOTS + slot] <= horizon => {
-                    &self.lists[level * SLOTS + slot]
+        let mut looked = 0;
+        // False once `max` entries were looked at.
+        let mut visit = |list: &[u32]| {
+            for &key in list {
+                if looked == max {
+                    return false;
                 }
-                _ => return,
+                looked += 1;
+                let entry = self.entry(key);
+                if entry.expiry <= horizon {
+                    if let Some(value) = entry.value {
+                        f(value);
+                    }
+                }
             }
+            true
         };
-        for &key in list.iter().take(max) {
-            let entry = self.entry(key);
-            if entry.expiry <= horizon {
-                if let Some(value) = entry.value {
-                    f(value);
+        if !visit(&self.lists[FIRING as usize]) {
+            return;
+        }
+        for (level, l) in self.levels.iter().enumerate() {
+            if l.is_empty() {
+                continue;
+            }
+            let shift = SLOT_BITS * level as u32;
+            let window = self.elapsed & !((1u64 << (shift + SLOT_BITS)) - 1);
+            let mut pos = (self.elapsed >> shift) as usize & (SLOTS - 1);
+            while let Some(slot) = l.first_from(pos) {
+                // A level's slots all come before the occupied ones of the levels above.
+                if window + ((slot as u64) << shift) > horizon {
+                    return;
+                }
+                let index = level * SLOTS + slot;
+                if self.mins[index] <= horizon && !visit(&self.lists[index]) {
+                    return;
+                }
+                pos = slot + 1;
+                if pos == SLOTS {
+                    break;
                 }
             }
         }
@@ -597,6 +622,28 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `peek_due` sees the timers due by its horizon across slots and levels, no others,
+    /// and no more entries than asked.
+    #[test]
+    fn peek_due_looks_across_slots() {
+        let mut w = Wheel::new(Instant::now());
+        for (i, e) in [3u64, 40, 300, 900, 70_000].into_iter().enumerate() {
+            w.insert(e, i as u32);
+        }
+        let peek = |w: &Wheel<u32>, horizon, max| {
+            let mut seen = Vec::new();
+            w.peek_due(horizon, max, |v| seen.push(v));
+            seen.sort();
+            seen
+        };
+        assert_eq!(peek(&w, 1000, 64), vec![0, 1, 2, 3]);
+        assert_eq!(peek(&w, 299, 64), vec![0, 1]);
+        assert_eq!(peek(&w, 1000, 2).len(), 2);
+        assert_eq!(peek(&w, 100_000, 64), vec![0, 1, 2, 3, 4]);
+        assert_eq!(fire(&mut w, 40), vec![0, 1]);
+        assert_eq!(peek(&w, 1000, 64), vec![2, 3]);
     }
 
     /// A million timers on one wheel: half cancelled in random order, the rest fire, each
