@@ -298,9 +298,9 @@ pub(crate) const KERNEL_TIMER_SLACK: Duration = Duration::from_micros(10);
 /// tokio's timers give (Go's poller waits in whole milliseconds, tokio's wheel ticks in
 /// them). 100K sleepers waking over 1 s (`weft-bench sleepers --quick`) cost 8.5–10.8 µs of
 /// CPU per wake when each distinct deadline was a wake of its own (10 µs of slack), against
-/// Go's 2.05 and tokio's 2.34. With this default, in one alternated run: 3.8–4.4 µs
-/// (2.2–2.6 with `WEFT_STACK_COMPACTION=off`) against Go's 2.3–2.5, lateness p50 0.64 ms and
-/// p99 1.2–1.5 ms against Go's 0.5 and 2.7–4.1 ms.
+/// Go's 2.05 and tokio's 2.34. With this default, in one alternated run: 4.1–4.7 µs
+/// (2.3–2.8 with `WEFT_STACK_COMPACTION=off`) against Go's 2.35–2.5, lateness p50 0.64 ms and
+/// p99 1.2–1.4 ms against Go's 0.5 and 3.2–7.4 ms.
 pub const DEFAULT_TIMER_SLACK: Duration = Duration::from_millis(1);
 
 /// Configures and builds a [`Runtime`].
