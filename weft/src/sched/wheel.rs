@@ -212,6 +212,12 @@ impl<T: Copy> Wheel<T> {
             .unwrap_or_else(|| self.origin + std::time::Duration::from_secs(86_400 * 365 * 30))
     }
 
+    /// At most the earliest expiry (invariant 5); `u64::MAX` if none was looked for.
+    #[inline]
+    pub(super) fn hint(&self) -> u64 {
+        self.hint
+    }
+
     /// The tick the wheel has moved to: the most recent `poll`'s `now`.
     #[inline]
     pub(super) fn elapsed(&self) -> u64 {
