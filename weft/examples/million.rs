@@ -223,6 +223,9 @@ fn run(
         handle.join().expect("task panicked");
     }
     let joined = open_start.elapsed();
+    // VmHWM now covers the whole run: the spawn, the parked tasks, and the wake storm of
+    // the join, when every compacted task is restored.
+    let end = status();
 
     let n = tasks.max(1) as f64;
     let rss_per_task = after.rss.saturating_sub(before.rss) as f64 / n;
@@ -276,7 +279,11 @@ fn run(
         snapshot_took.as_secs_f64() * 1e3
     );
     eprintln!(
-        "  peak RSS                   {:>12.1} MiB",
+        "  settled: image bytes/task  {:>12.0} B  (weft::metrics, compacted images ÷ compacted)",
+        metrics.image_bytes_per_task()
+    );
+    eprintln!(
+        "  peak RSS, before the join  {:>12.1} MiB",
         settled.hwm as f64 / 1048576.0
     );
     eprintln!("  kernel mappings            {maps_before:>6} → {maps_after}");
@@ -284,13 +291,18 @@ fn run(
         "  gate open → all joined     {:>12.1} ms",
         joined.as_secs_f64() * 1e3
     );
+    eprintln!(
+        "  peak RSS, whole run        {:>12.1} MiB",
+        end.hwm as f64 / 1048576.0
+    );
     format!(
         "{{\"tasks\":{tasks},\"mode\":\"{}\",\"spawn_ms\":{:.1},\"spawn_loop_ms\":{:.1},\
          \"rss_bytes_per_task\":{rss_per_task:.0},\"pte_bytes_per_task\":{pte_per_task:.0},\
          \"settle_ms\":{},\"settled_rss_bytes_per_task\":{settled_rss:.0},\
          \"settled_pte_bytes_per_task\":{settled_pte:.0},\"stack_bytes_per_task\":{:.0},\
          \"stack_policy\":\"{}\",\"peak_rss_bytes\":{},\"mappings_before\":{maps_before},\
-         \"mappings_after\":{maps_after},\"join_ms\":{:.1}}}",
+         \"mappings_after\":{maps_after},\"join_ms\":{:.1},\
+         \"image_bytes_per_task\":{:.0},\"peak_rss_whole_run_bytes\":{}}}",
         mode.name(),
         all_parked.as_secs_f64() * 1e3,
         spawn_loop.as_secs_f64() * 1e3,
@@ -298,6 +310,8 @@ fn run(
         metrics.stack_bytes_per_task(),
         metrics.stack_policy(),
         settled.hwm,
-        joined.as_secs_f64() * 1e3
+        joined.as_secs_f64() * 1e3,
+        metrics.image_bytes_per_task(),
+        end.hwm
     )
 }

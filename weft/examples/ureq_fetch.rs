@@ -34,7 +34,7 @@ pub static UREQ_BUFFER: AtomicUsize = AtomicUsize::new(0);
 
 /// Request `r` of task `task`: its path and the body the server must answer.
 pub fn request(task: usize, r: usize) -> (String, String) {
-    if r % 2 == 0 {
+    if r.is_multiple_of(2) {
         ("/".to_string(), "hello, world\n".to_string())
     } else {
         let kb = (task + r) % 64;

@@ -81,7 +81,7 @@ fn sender(
             }
             Err(t) => tally.given_back(t),
         }
-        if rng(&mut seed) % 16 == 0 {
+        if rng(&mut seed).is_multiple_of(16) {
             weft::yield_now();
         }
     }

@@ -106,10 +106,21 @@ fn the_endpoint_serves_the_dump_the_stack_profile_and_a_self_contained_page() {
             vars.starts_with("{\"time_ms\":") && vars.ends_with("]}"),
             "{vars}"
         );
+        for key in [
+            "\"compacted\":",
+            "\"stack_image_bytes\":",
+            "\"image_bytes_per_task\":",
+        ] {
+            assert!(vars.contains(key), "{key} missing: {vars}");
+        }
 
         let (status, page) = get(addr, "/");
         assert_eq!(status, "HTTP/1.1 200 OK");
         assert!(page.contains("<canvas") && page.contains("/debug/vars"));
+        assert!(
+            page.contains("v.image_bytes_per_task"),
+            "the page shows image bytes"
+        );
         for external in ["http://", "https://", "src=\"//"] {
             assert!(!page.contains(external), "the page refers to {external}");
         }

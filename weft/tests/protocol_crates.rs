@@ -207,7 +207,7 @@ fn ws_message(client: u64, round: u64) -> tungstenite::Message {
         1 => 200,
         _ => 1 + ((client * 31 + round * 7) % 125) as usize,
     };
-    if round % 2 == 0 {
+    if round.is_multiple_of(2) {
         let text: String = payload(client, round, len)
             .into_iter()
             .map(|b| char::from(b'a' + b % 26))

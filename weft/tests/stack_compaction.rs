@@ -434,7 +434,7 @@ fn writes_racing_compaction_are_never_lost() {
                 while start.elapsed() < Duration::from_millis(1500) {
                     counters[(i % 8) as usize].fetch_add(1, Ordering::Relaxed);
                     i += 1;
-                    if i % 64 == 0 {
+                    if i.is_multiple_of(64) {
                         // Idle moments in which the worker compacts the parked task.
                         std::thread::sleep(Duration::from_micros(300));
                     }

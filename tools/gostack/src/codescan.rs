@@ -200,7 +200,7 @@ fn scan_amd64(code: &[u8], addr: u64) -> ParseResult<CodeFacts> {
 }
 
 fn scan_arm64(code: &[u8], addr: u64) -> ParseResult<CodeFacts> {
-    if code.len() % 4 != 0 || addr % 4 != 0 {
+    if !code.len().is_multiple_of(4) || !addr.is_multiple_of(4) {
         return Err(Problem::new(format!(
             "arm64 code of {} bytes at {addr:#x} is not whole aligned instructions",
             code.len()

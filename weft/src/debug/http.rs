@@ -576,7 +576,8 @@ pub(crate) fn vars() -> String {
         out,
         "{{\"time_ms\":{},\"tasks\":{},\"running\":{},\"runnable\":{},\"parked\":{},\
          \"spawns\":{},\"workers_count\":{},\"stack_committed_bytes\":{},\
-         \"stack_bytes_per_task\":{:.1},\"rss_bytes\":{},\"monitor_warnings\":{},\"workers\":[",
+         \"stack_bytes_per_task\":{:.1},\"compacted\":{},\"stack_image_bytes\":{},\
+         \"image_bytes_per_task\":{:.1},\"rss_bytes\":{},\"monitor_warnings\":{},\"workers\":[",
         now.as_millis(),
         s.tasks,
         s.tasks_running,
@@ -586,6 +587,9 @@ pub(crate) fn vars() -> String {
         s.workers,
         s.stack_committed_bytes,
         s.stack_bytes_per_task(),
+        s.tasks_compacted,
+        s.stack_image_bytes,
+        s.image_bytes_per_task(),
         s.rss_bytes,
         warnings.iter().map(|(_, n)| n).sum::<u64>(),
     );

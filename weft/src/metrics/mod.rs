@@ -133,6 +133,9 @@ pub struct Snapshot {
     pub stack_reclaimed_bytes: u64,
     /// Live stack bytes held in heap buffers by compacted tasks now (stack layer).
     pub stack_compacted_bytes: u64,
+    /// Bytes the compacted tasks' stack images take in their arena now: the live bytes
+    /// (`stack_compacted_bytes`) plus each image's 8-byte header (stack layer).
+    pub stack_image_bytes: u64,
     /// Compactions since the start (stack layer).
     pub compactions: u64,
     /// Restores of compacted stacks since the start (stack layer).
@@ -153,6 +156,15 @@ impl Snapshot {
             return 0.0;
         }
         self.stack_committed_bytes as f64 / self.tasks as f64
+    }
+
+    /// Image bytes per compacted task: what a parked task's stack costs once compacted
+    /// (its slot holds no page then). 0 with no compacted task.
+    pub fn image_bytes_per_task(&self) -> f64 {
+        if self.tasks_compacted == 0 {
+            return 0.0;
+        }
+        self.stack_image_bytes as f64 / self.tasks_compacted as f64
     }
 
     /// The snapshot in the Prometheus text exposition format (version 0.0.4): one `# HELP`
@@ -265,6 +277,7 @@ pub fn snapshot() -> Snapshot {
         peak_rss_bytes: status.hwm,
         stack_reclaimed_bytes: shrink.reclaimed_bytes,
         stack_compacted_bytes: shrink.compacted_live_bytes,
+        stack_image_bytes: shrink.image_bytes,
         compactions: shrink.compactions,
         restores: shrink.restores,
         reclaim_policy,

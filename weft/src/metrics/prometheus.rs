@@ -172,6 +172,20 @@ pub(crate) fn write(s: &Snapshot) -> String {
     );
     metric(
         o,
+        "weft_stack_image_bytes",
+        Gauge,
+        "Arena bytes of compacted tasks' stack images, headers included.",
+        s.stack_image_bytes as f64,
+    );
+    metric(
+        o,
+        "weft_stack_image_bytes_per_task",
+        Gauge,
+        "Stack image bytes divided by compacted tasks.",
+        s.image_bytes_per_task(),
+    );
+    metric(
+        o,
         "weft_stack_compactions_total",
         Counter,
         "Stacks compacted.",

@@ -43,7 +43,6 @@ const ROOT_NOISE: &[&str] = &[
     "std::panicking::",
     "std::panic::catch_unwind",
     "core::panic::unwind_safe::",
-    "<core::panic::unwind_safe::",
     "__rust_try",
     "core::ops::function::FnOnce::call_once",
     "std::panic::",
@@ -115,24 +114,38 @@ pub(crate) fn symbolize(ips: &[usize], symbols: &mut HashMap<usize, Vec<Frame>>)
         let resolved = symbols.entry(ip).or_insert_with(|| resolve(ip));
         frames.extend(resolved.iter().cloned());
     }
+    Backtrace {
+        frames: trim(frames),
+    }
+}
+
+/// Drops weft's frames above where the task waits and the runtime's below its closure.
+fn trim(mut frames: Vec<Frame>) -> Vec<Frame> {
     let skip = frames
         .iter()
-        .take_while(|f| TOP_NOISE.iter().any(|p| f.function.starts_with(p)))
+        .take_while(|f| TOP_NOISE.iter().any(|p| path_of(f).starts_with(p)))
         .count();
     frames.drain(..skip);
     if let Some(root) = frames
         .iter()
-        .position(|f| f.function.starts_with(TASK_ROOT))
+        .position(|f| path_of(f).starts_with(TASK_ROOT))
     {
         frames.truncate(root);
         while frames
             .last()
-            .is_some_and(|f| ROOT_NOISE.iter().any(|p| f.function.starts_with(p)))
+            .is_some_and(|f| ROOT_NOISE.iter().any(|p| path_of(f).starts_with(p)))
         {
             frames.pop();
         }
     }
-    Backtrace { frames }
+    frames
+}
+
+/// A frame's function as a path the trimming lists can match: the legacy mangling demangles a
+/// method as `weft::m::Type<T>::f`, the v0 mangling (nightly's default) as `<weft::m::Type<T>>::f`,
+/// and a trait method either way as `<weft::m::f as FnMut<..>>::call_mut`.
+fn path_of(frame: &Frame) -> &str {
+    frame.function.trim_start_matches('<')
 }
 
 /// The frames (inlined ones first) at a return address.
@@ -158,4 +171,67 @@ fn resolve(ip: usize) -> Vec<Frame> {
         });
     }
     frames
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(names: &[&str]) -> Vec<Frame> {
+        names
+            .iter()
+            .map(|name| Frame {
+                function: name.to_string(),
+                file: None,
+                line: None,
+                column: None,
+            })
+            .collect()
+    }
+
+    /// Both manglings' names of the same stack trim to the user's frames (nightly's v0
+    /// mangling writes inherent methods and trait shims as `<path>::f`).
+    #[test]
+    fn trimming_matches_legacy_and_v0_names() {
+        let legacy = frames(&[
+            "weft::sched::park::park_current",
+            "weft::chan::park_recv",
+            "weft::chan::core::Chan<T>::wait_one",
+            "app::wait",
+            "app::main::{{closure}}",
+            "std::panicking::try::do_call",
+            "__rust_try",
+            "weft::sched::task::cell::Cell<F,T>::run",
+            "corosensei::coroutine::on_stack",
+        ]);
+        let v0 = frames(&[
+            "<weft::sched::park::Parker>::park_current",
+            "<weft::chan::park_recv as core::ops::function::FnMut<(Option<Instant>,)>>::call_mut",
+            "<weft::chan::core::Chan<()>>::wait_one::<weft::chan::park_recv>",
+            "app::wait",
+            "app::main::{closure#0}",
+            "<core::panic::unwind_safe::AssertUnwindSafe<app::main::{closure#0}>>::call_once",
+            "std::panicking::catch_unwind::do_call::<..>",
+            "__rust_try",
+            "<weft::sched::task::cell::Cell<app::main::{closure#0}, ()>>::run",
+            "<corosensei::coroutine::Coroutine<_, _, _, _>>::with_stack_unchecked",
+        ]);
+        let names = |f: Vec<Frame>| f.into_iter().map(|f| f.function).collect::<Vec<_>>();
+        assert_eq!(
+            names(trim(legacy)),
+            [
+                "weft::chan::core::Chan<T>::wait_one",
+                "app::wait",
+                "app::main::{{closure}}"
+            ]
+        );
+        assert_eq!(
+            names(trim(v0)),
+            [
+                "<weft::chan::core::Chan<()>>::wait_one::<weft::chan::park_recv>",
+                "app::wait",
+                "app::main::{closure#0}"
+            ]
+        );
+    }
 }

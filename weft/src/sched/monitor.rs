@@ -539,7 +539,7 @@ fn watch(
         }
         let now = Instant::now();
         ticks = ticks.wrapping_add(1);
-        if ticks % CATCH_BLOCKING_EVERY_TICKS == 0 {
+        if ticks.is_multiple_of(CATCH_BLOCKING_EVERY_TICKS) {
             catch_blocking_calls(shared, report);
         }
         for (remote, sample) in shared.remotes.iter().zip(&mut samples) {

@@ -148,7 +148,7 @@ impl Worker {
             // Fairness: every RUN_NEXT_TURNS-th pick goes through the queues, behind which
             // `run_next` waits its turn (two tasks that keep waking each other would otherwise
             // starve the rest), and so does the periodic look at timers, I/O and the injector.
-            if tick % RUN_NEXT_TURNS != 0 && tick % INJECTOR_INTERVAL != 0 {
+            if !tick.is_multiple_of(RUN_NEXT_TURNS) && !tick.is_multiple_of(INJECTOR_INTERVAL) {
                 return Some(task);
             }
             self.ready.borrow_mut().push_back(task);
@@ -158,7 +158,7 @@ impl Worker {
 
     #[inline(never)]
     fn next_task_from_queues(&self, tick: u32) -> Option<Task> {
-        if tick % INJECTOR_INTERVAL == 0 {
+        if tick.is_multiple_of(INJECTOR_INTERVAL) {
             self.clock.set(clock_now());
             self.tracing.set(trace::on());
             self.fire_timers();
@@ -183,7 +183,7 @@ impl Worker {
         // starve never-started tasks, nor a spawning loop the tasks it woke; never-started
         // tasks first while this worker is behind another in live tasks (`defers_to`).
         let ready_first =
-            tick % 2 == 0 && (self.new_tasks.is_empty() || !self.behind_another_worker());
+            tick.is_multiple_of(2) && (self.new_tasks.is_empty() || !self.behind_another_worker());
         let mut ready = self.ready.borrow_mut();
         let task = if ready_first {
             ready.pop_front().or_else(|| self.new_tasks.pop())

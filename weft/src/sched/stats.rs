@@ -150,7 +150,7 @@ impl Sampler {
     /// Whether to sample a task that is its site's `nth` start on this worker.
     #[inline]
     pub(crate) fn wants(nth: u64) -> bool {
-        nth <= SAMPLE_FIRST || nth % SAMPLE_EVERY == 0
+        nth <= SAMPLE_FIRST || nth.is_multiple_of(SAMPLE_EVERY)
     }
 
     /// A sampled task is about to start on `slot` as live entry `live`: clears the slot's

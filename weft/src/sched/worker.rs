@@ -280,7 +280,7 @@ impl Worker {
                 Some(task) => self.run_task(task),
                 None => self.idle(),
             }
-            if self.tick.get() % STACK_STEP_TICKS == 0 {
+            if self.tick.get().is_multiple_of(STACK_STEP_TICKS) {
                 self.stack_step();
             }
         }

@@ -79,7 +79,7 @@ const RELEASE_SLEEP: Duration = Duration::from_millis(1);
 const RELEASE_AGE: Duration = Duration::from_millis(100);
 /// Bytes before an image's contents: its length (4 bytes), then its segment (3 bytes) and
 /// the depth its slot had ([`set_depth`], 1 byte) in one 4-byte word.
-const HEADER: usize = 8;
+pub(super) const HEADER: usize = 8;
 /// The segment's bits of the header's second word ([`MAX_SEGMENTS`] fits).
 const SEGMENT_BITS: u32 = 24;
 const SEGMENT_MASK: u32 = (1 << SEGMENT_BITS) - 1;
@@ -507,7 +507,7 @@ fn free_range(
 /// A block of `size` bytes (a multiple of 64, at most [`LARGE`]) for a task cell: 64-aligned,
 /// carved from this thread's run of the cell arena. Give it back with [`free_cell`].
 pub(crate) fn alloc_cell(size: usize) -> NonNull<u8> {
-    debug_assert!(size % 64 == 0 && size > 0 && size <= LARGE);
+    debug_assert!(size.is_multiple_of(64) && size > 0 && size <= LARGE);
     let carved = CELL_CURSOR
         .try_with(|cursor| {
             let mut cursor = cursor.try_borrow_mut().ok()?;

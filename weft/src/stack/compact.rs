@@ -108,6 +108,51 @@
 //! where compaction runs reclaim waits as long as compaction does, so that a task that wakes
 //! often does not refill released pages at each wake.
 //!
+//! # What an idle task's 790 B are
+//! Measured on `examples/million` (a million tasks parked on a gate, settled: 789 B of RSS
+//! each, plus 3 B of page tables), release build, x86_64, 2026-12-06. Its image is 480 live
+//! bytes plus the arena's 8-byte header: 488 B (`image_bytes_per_task` of
+//! `weft::metrics`). The frames in it, read with gdb at the park (each frame's canonical
+//! frame address, from the slot's top down):
+//!
+//! | bytes | what |
+//! |---|---|
+//! | 16 | corosensei's initial stack words above its entry |
+//! | 48 | corosensei's `coroutine_func` with the worker's task entry and `Task::run` inlined |
+//! | 96 | `Cell::run`: `catch_unwind` and the user's closure inlined |
+//! | 80 | the user's `Gate::wait` |
+//! | 16 | `weft::task::park` → `park_current` (a return address and one push) |
+//! | 80 | `park_current_task`, `park_task` and `suspend` inlined: registers, the park site |
+//! | 144 | below the recorded stack pointer: the switch's calibrated margin (switch.rs) |
+//!
+//! The margin is the deepest write of the switch's two compiled forms (65–80 B: the
+//! out-of-line `Yielder::suspend`'s return address, frame and pushes) plus 64 B of slack,
+//! rounded to 16.
+//!
+//! So the user's own frames are 176 B, the runtime's entry 64 B, the park path 96 B, and the
+//! margin 144 B — bytes below the stack pointer that are dead, copied so that invariant 1 holds
+//! whichever way the switch was compiled. The rest of the 789 B is not the stack (sizes by
+//! `size_of`, capacities from the vectors' doubling): the task cell, 256 B (`Header` 152 B +
+//! `JoinSlot<()>` 48 B + the closure 24 B = 224 B, rounded up to cell_cache's 64-byte granule);
+//! the worker's live list, a `slab::Slab<Task>` entry of 16 B (≈16.8 B: each of two workers'
+//! slabs holds ≈500K at a capacity of 2^19); this slot's entry in the compaction table, 8 B;
+//! and the example's own `JoinHandle` and gate waiter, 8 B each (≈8.4 B each with their
+//! vectors' spare capacity). 488 + 256 + 16.8 + 8 + 2 × 8.4 = 785.6 B: the remaining ≈3 B are
+//! the arena runs' unused tails and page granularity.
+//!
+//! What stands between this and 440 B (the bar; tokio's idle task is 583 B here): 281 B are
+//! runtime state before any image (cell, slab entry, table entry), so an image must shrink to
+//! ≈140 B. The levers, largest first: *sharing* — tasks parked at one site have the same return
+//! addresses, frame layout and most saved registers, and their stack addresses differ only by
+//! their slot's base, so an image can be a delta against a per-site template, restored by
+//! copying the template and patching; the shared templates and their reference counts are a new
+//! structure that every restore and the fault thread read, and need a loom model and the stress
+//! tests before they can replace the plain image (a start of it was dropped unfinished, issue
+//! 30); the *margin's slack* (64 B), which needs a proof that the probe's switch is the one
+//! every park runs, not only one like it; a *smaller cell* (32 B of granule rounding here;
+//! `Header` holds a 16-byte `Option<Arc<str>>` name and several pointer-sized fields used only
+//! by a few tasks), whose 64-byte alignment keeps two tasks' atomics off one cache line.
+//!
 //! # fork
 //! A child process loses the userfaultfd registration and would read compacted stacks as
 //! zeros. A `pthread_atfork` handler takes every slot lock before the fork (no compaction
@@ -212,7 +257,11 @@ fn compact_run(run: &[Candidate<'_>], observe: &mut impl FnMut(usize, usize)) {
     // Everything allocated before the locks (invariant 6).
     let images: Vec<*mut u8> = run
         .iter()
-        .map(|c| image_alloc(c.slot + size - c.lo))
+        .map(|c| {
+            // mode.rs `Counters::image_bytes` counts no padding.
+            debug_assert_eq!((c.slot + size - c.lo) % 16, 0, "an image of odd length");
+            image_alloc(c.slot + size - c.lo)
+        })
         .collect();
     let mut resident = vec![0u8; len / page];
     let starts: Vec<usize> = run.iter().map(|c| c.slot).collect();

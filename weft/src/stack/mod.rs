@@ -56,6 +56,15 @@
 //! a large excess at once held one worker for tens of milliseconds and made a million sleepers
 //! wake up to 200 ms late.
 //!
+//! A *wake storm* is the exception: when compacted tasks are restored faster than that (the
+//! join of `examples/million`: a million restores in ≈1.3 s), each restore takes a fresh page
+//! while the finished tasks' pages wait warm, and resident stack pages followed the woken
+//! tasks, not the running ones (the whole run peaked at 3.4–3.5 GiB against Go's 2.6). So a
+//! trim that owes more than `STORM_SLACK` restores (since its pool last had no excess)
+//! releases up to `STORM_BATCH` slots, batch by batch while the batches merge into few
+//! ranges (cheap: the exits of tasks woken in spawn order are neighbours), and the whole
+//! run's peak stays the spawn's (1.1 GiB).
+//!
 //! # Parked stacks give their memory back
 //! A parked task needs only its live frames: a few hundred bytes at the top of its slot. Its
 //! worker gives the rest back in steps between tasks, as [`StackPolicy`] says: *reclaim*
@@ -126,6 +135,28 @@ pub const TRIM_INTERVAL: Duration = Duration::from_micros(1250);
 /// 0.75–2.25 ms and were the whole 99th percentile of a million sleepers' wake lateness
 /// (2.2–3.4 ms → 0.25–1.2 ms). 128 slots per 1.25 ms is 100K slots a second.
 pub const TRIM_BATCH: usize = 128;
+/// Most warm slots one trim gives back during a wake storm — while restores of compacted
+/// tasks take fresh pages and the finished tasks' slots pile up warm (the end of
+/// `examples/million`: a million tasks restored and joined) — [`TRIM_BATCH`] at a time, as
+/// long as each batch goes back as at most `TRIM_BATCH / STORM_MERGE` ranges: the exits of
+/// tasks woken in spawn order return neighbouring slots, a range of which costs the kernel
+/// about what one slot does. So resident stack pages stay near the running tasks plus the
+/// warm caches, not the woken tasks: the whole run of a million peaked at 3.4–3.5 GiB before,
+/// its join restoring a page per task faster than the trim gave them back (100K slots a
+/// second). Exits in random order (sleepers waking at random deadlines) merge into no
+/// ranges, and their trim keeps its pace, whose CPU falls outside the wakes; so does a
+/// burst of spawns and joins without restores, whose next burst reuses the warm slots.
+const STORM_BATCH: usize = 16 * TRIM_BATCH;
+/// A storm's trim batch goes on only where its slots merged into this many times fewer
+/// ranges.
+const STORM_MERGE: usize = 8;
+/// Restores a pool may owe before its trim speeds up (see [`STORM_BATCH`]): the stack pages
+/// a storm may hold beyond the running tasks and the warm caches (128 MiB of 4 KiB pages).
+/// A smaller storm is trimmed at the ordinary pace after its wakes, as before: speeding up
+/// moves the releases' CPU into the wakes (measured here, 20,000 compacted tasks woken at
+/// once, `weft-bench wake`: +10–20 % CPU per wake until the last ran, the same with the
+/// exits' cleanup).
+const STORM_SLACK: u64 = 8 * SHARED_WARM_SLOTS as u64;
 /// Slots a worker takes from the shared pool at once when its cache is empty: one lock and
 /// one guard-installing syscall for all of them. As many as the cache holds, because a
 /// worker's consecutive slots become one run when their tasks are compacted, and a run pays
@@ -332,6 +363,9 @@ struct PoolInner {
     end: usize,
     /// When excess warm slots were last released.
     last_trim: Option<Instant>,
+    /// `mode::counters().restores` as of the last look (see [`STORM_BATCH`]): the restores
+    /// since then are the storm's debt.
+    restores_seen: u64,
     /// Slots returned since the clock was last read: `trim` reads it once per
     /// [`TRIM_CHECK_EVERY`] returns, not at each (a clock read is ≈25 ns).
     puts: u32,
@@ -432,20 +466,23 @@ impl SlotPool {
     fn put_all(&self, slots: impl IntoIterator<Item = Slot>) {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         for slot in slots {
-            inner.warm.push_back(slot.start);
+            inner.warm.push_back(slot.start());
             std::mem::forget(slot);
             inner.puts = inner.puts.wrapping_add(1);
         }
-        if inner.warm.len() > SHARED_WARM_SLOTS
-            && inner.puts % TRIM_CHECK_EVERY < LOCAL_SPILL as u32
-        {
+        if inner.warm.len() <= SHARED_WARM_SLOTS {
+            // No excess: the restores so far needed fresh pages that no finished task held.
+            inner.restores_seen = mode::restores();
+        } else if inner.puts % TRIM_CHECK_EVERY < LOCAL_SPILL as u32 {
             self.trim(inner);
         }
     }
 
-    /// Releases up to [`TRIM_BATCH`] excess warm slots if the last release was long enough ago.
+    /// Releases up to [`TRIM_BATCH`] excess warm slots if the last release was long enough ago
+    /// — up to [`STORM_BATCH`] during a wake storm, one for each restore (of any class: the
+    /// counter is process-wide) past [`STORM_SLACK`] since the pool last had no excess.
     /// Returns when to call again, or `None` when there is no excess.
-    fn trim(&self, inner: std::sync::MutexGuard<'_, PoolInner>) -> Option<Duration> {
+    fn trim<'a>(&'a self, inner: std::sync::MutexGuard<'a, PoolInner>) -> Option<Duration> {
         let excess = inner.warm.len().saturating_sub(SHARED_WARM_SLOTS);
         if excess == 0 {
             return None;
@@ -456,25 +493,50 @@ impl SlotPool {
                 return Some(TRIM_INTERVAL - since);
             }
         }
-        let n = excess.min(TRIM_BATCH);
-        self.release_oldest(inner, n);
-        (n < excess).then_some(TRIM_INTERVAL)
+        // A wake storm: restores took fresh pages since the last look while finished tasks'
+        // slots sat warm here. Those may go back faster, as long as they go cheaply.
+        let restores = mode::restores();
+        let debt = restores
+            .saturating_sub(inner.restores_seen)
+            .saturating_sub(STORM_SLACK) as usize;
+        let storm = debt.min(excess).min(STORM_BATCH);
+        let released = self.release_oldest(inner, excess.min(TRIM_BATCH.max(storm)), storm > 0);
+        if storm > 0 {
+            let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            inner.restores_seen = (inner.restores_seen + released as u64).min(restores);
+        }
+        (released < excess).then_some(TRIM_INTERVAL)
     }
 
-    /// Gives the pages of the `n` least recently used warm slots back to the kernel.
-    fn release_oldest(&self, mut inner: std::sync::MutexGuard<'_, PoolInner>, n: usize) {
+    /// Gives the pages of up to `n` least recently used warm slots back to the kernel,
+    /// [`TRIM_BATCH`] at a time; past the first batch only while `storm` and each batch
+    /// went as few ranges (its slots were mostly neighbours: see [`STORM_BATCH`]). Returns
+    /// how many went.
+    fn release_oldest<'a>(
+        &'a self,
+        mut inner: std::sync::MutexGuard<'a, PoolInner>,
+        n: usize,
+        storm: bool,
+    ) -> usize {
         inner.last_trim = Some(Instant::now());
-        // On this thread's stack, not the heap (region::process_madvise says why).
-        let mut batch = [0usize; TRIM_BATCH];
-        let n = n.min(TRIM_BATCH);
-        for (to, from) in batch.iter_mut().zip(inner.warm.drain(..n)) {
-            *to = from;
+        let mut released = 0;
+        loop {
+            // On this thread's stack, not the heap (region::process_madvise says why).
+            let mut batch = [0usize; TRIM_BATCH];
+            let k = (n - released).min(TRIM_BATCH).min(inner.warm.len());
+            for (to, from) in batch.iter_mut().zip(inner.warm.drain(..k)) {
+                *to = from;
+            }
+            // Release outside the lock: ≈225 ns a slot.
+            drop(inner);
+            let ranges = region::release_slots(&batch[..k], self.class.bytes());
+            inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            inner.cold.extend_from_slice(&batch[..k]);
+            released += k;
+            if !storm || released >= n || k == 0 || ranges > k / STORM_MERGE {
+                return released;
+            }
         }
-        // Release outside the lock: ≈225 ns a slot.
-        drop(inner);
-        region::release_slots(&batch[..n], self.class.bytes());
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        inner.cold.extend_from_slice(&batch[..n]);
     }
 }
 
@@ -613,6 +675,69 @@ mod tests {
             libc::close(pipe[0]);
             libc::close(pipe[1]);
         }
+    }
+
+    /// A pool of its own (not the process's), holding `n` warm neighbouring slots, each
+    /// with its top page touched: the finished tasks' slots of a wake storm.
+    fn pool_with_warm_neighbours(class: SizeClass, n: usize) -> SlotPool {
+        let pool = SlotPool {
+            class,
+            inner: Mutex::new(PoolInner::default()),
+        };
+        let mut inner = pool.inner.lock().unwrap();
+        let mut starts = Vec::new();
+        while starts.len() < n {
+            let more = pool.carve(&mut inner, n - starts.len()).unwrap();
+            starts.extend(more);
+        }
+        for &start in &starts {
+            // SAFETY: the top byte of a slot this test carved and owns, above its guard.
+            unsafe { ((start + class.bytes() - 1) as *mut u8).write(1) };
+        }
+        inner.warm.extend(starts);
+        drop(inner);
+        pool
+    }
+
+    #[test]
+    fn a_storm_trim_releases_neighbours_past_one_batch_and_scattered_slots_one_batch() {
+        let class = SizeClass::for_size(16 << 10).unwrap();
+        let size = class.bytes();
+        let page = region::page_size();
+        let n = 4 * TRIM_BATCH;
+
+        let pool = pool_with_warm_neighbours(class, n);
+        let inner = pool.inner.lock().unwrap();
+        let released = pool.release_oldest(inner, n, true);
+        let merged = region::guards_are_markers() == Some(true);
+        // Neighbours merge into ranges only where guards are markers (region.rs).
+        assert_eq!(released, if merged { n } else { TRIM_BATCH });
+        let inner = pool.inner.lock().unwrap();
+        assert_eq!(
+            (inner.cold.len(), inner.warm.len()),
+            (released, n - released)
+        );
+        for &start in &inner.cold {
+            assert_eq!(
+                region::lowest_resident_page(start + page, size - page),
+                None,
+                "released slot {start:#x} kept its page"
+            );
+        }
+        drop(inner);
+
+        // Without a storm, one batch at a time, whatever the order.
+        let pool = pool_with_warm_neighbours(class, n);
+        let inner = pool.inner.lock().unwrap();
+        assert_eq!(pool.release_oldest(inner, n, false), TRIM_BATCH);
+
+        // Every other slot: no two neighbours, no ranges to merge: the storm stops after one
+        // batch, as the ordinary trim's pace.
+        let pool = pool_with_warm_neighbours(class, 2 * n);
+        let mut inner = pool.inner.lock().unwrap();
+        let scattered: VecDeque<usize> = inner.warm.iter().copied().step_by(2).collect();
+        inner.warm = scattered;
+        assert_eq!(pool.release_oldest(inner, n, true), TRIM_BATCH);
     }
 
     #[test]

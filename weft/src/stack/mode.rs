@@ -129,7 +129,7 @@ pub(super) static RESTORES: CachePadded<AtomicU64> = CachePadded::new(AtomicU64:
 pub(super) static FAULT_RESTORES: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
 pub(super) static ZERO_FILLS: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
 
-/// A snapshot of the stack-shrinking counters, process-wide; cheap (eight Relaxed loads).
+/// A snapshot of the stack-shrinking counters, process-wide; cheap (Relaxed loads).
 /// Released bytes count the pages that were mapped (`mincore`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
@@ -149,26 +149,40 @@ pub struct Counters {
     pub fault_restores: u64,
     /// Missing pages of resident slots the fault thread filled with zeros (stack growth).
     pub zero_fills: u64,
+    /// Bytes the images of the compacted tasks take now in their arena: the live bytes
+    /// (`compacted_live_bytes`) plus each image's 8-byte header (an image's length is a
+    /// multiple of 16, so there is no padding). Divided by `compacted_tasks`, an image's
+    /// cost per task. Derived from the other counters: no cost at a compaction or restore.
+    pub image_bytes: u64,
 }
 
 /// The stack-shrinking counters now (see [`Counters`]).
 pub fn counters() -> Counters {
     let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    // Restores are read first: a compaction counted meanwhile only makes this larger,
+    // never wrap below zero.
+    let compacted_tasks = {
+        let restores = r(&RESTORES);
+        r(&COMPACTIONS).saturating_sub(restores)
+    };
+    let compacted_live_bytes = r(&COMPACTED_LIVE_BYTES);
     Counters {
         reclaimed_bytes: r(&RECLAIMED_BYTES),
-        compacted_live_bytes: r(&COMPACTED_LIVE_BYTES),
-        // Restores are read first: a compaction counted meanwhile only makes this larger,
-        // never wrap below zero.
-        compacted_tasks: {
-            let restores = r(&RESTORES);
-            r(&COMPACTIONS).saturating_sub(restores)
-        },
+        compacted_live_bytes,
+        compacted_tasks,
         compactions: r(&COMPACTIONS),
         compaction_released_bytes: r(&COMPACTION_RELEASED_BYTES),
         restores: r(&RESTORES),
         fault_restores: r(&FAULT_RESTORES),
         zero_fills: r(&ZERO_FILLS),
+        image_bytes: compacted_live_bytes + super::arena::HEADER as u64 * compacted_tasks,
     }
+}
+
+/// Restores so far (one Relaxed load): the slot pools' wake-storm trim (stack/mod.rs,
+/// `STORM_BATCH`).
+pub(super) fn restores() -> u64 {
+    RESTORES.load(Ordering::Relaxed)
 }
 
 pub(super) fn add(counter: &AtomicU64, n: u64) {

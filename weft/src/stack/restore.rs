@@ -240,7 +240,7 @@ unsafe fn restore_locked(slot: usize, size: usize, image: *mut u8, scratch: &mut
     let mut depth = unsafe { image_depth(image) };
     if depth.saturating_sub((top - lo / page * page) / page) >= RESTORE_PROBE_EXTRA {
         scratch.restores = scratch.restores.wrapping_add(1);
-        if scratch.restores % RESTORE_PROBE_EVERY == 0 {
+        if scratch.restores.is_multiple_of(RESTORE_PROBE_EVERY) {
             depth = 0;
         }
     }

@@ -160,3 +160,19 @@ pub fn prepare_descriptors() {
     weft::net::raise_fd_limit().expect("raise the descriptor limit");
     weft::net::reserve_descriptors(4096).expect("grow the descriptor table");
 }
+
+/// A runtime of `workers` workers that compacts at its first step after a park; `None` (the
+/// test skips, with the reason printed) where this process cannot compact.
+pub fn eager_runtime(workers: usize) -> Option<weft::Runtime> {
+    let rt = weft::Runtime::builder()
+        .workers(workers)
+        .stack_policy(weft::stack::StackPolicy::eager())
+        .build()
+        .unwrap();
+    let mode = weft::stack::mode();
+    if mode != weft::stack::StackMode::Compact {
+        eprintln!("skipped: stack mode is {mode}");
+        return None;
+    }
+    Some(rt)
+}
