@@ -63,7 +63,8 @@ fn sleep_on_a_plain_thread_sleeps_the_thread() {
     assert!(start.elapsed() >= Duration::from_millis(10));
 }
 
-/// `RuntimeBuilder::timer_slack` is the workers' timer slack, as the kernel reads it back.
+/// `RuntimeBuilder::timer_slack` sets the workers' kernel timer slack, up to 10 µs, as the
+/// kernel reads it back.
 #[test]
 fn timer_slack_is_the_workers_slack() {
     let slack_here = || {
@@ -79,8 +80,8 @@ fn timer_slack_is_the_workers_slack() {
     let default = weft::Runtime::builder().workers(1).build().unwrap();
     assert_eq!(
         default.block_on(slack_here),
-        weft::DEFAULT_TIMER_SLACK.as_nanos() as u64,
-        "weft's default, not the kernel's"
+        10_000,
+        "10 µs: weft's, not the kernel's default of 50 µs"
     );
     let zero = weft::Runtime::builder()
         .workers(1)
@@ -123,5 +124,61 @@ fn a_worker_waits_awake_for_a_deadline_a_few_microseconds_away() {
     assert!(
         switches < 100,
         "the worker blocked {switches} times for 1000 sleeps of 3 µs"
+    );
+}
+
+/// Every timer of a sleeper, however slack, fires at or after its deadline; precise ones
+/// too.
+#[test]
+fn sleeps_never_end_early() {
+    let rt = weft::Runtime::builder().workers(2).build().unwrap();
+    rt.block_on(|| {
+        let handles: Vec<_> = (0..400u64)
+            .map(|i| {
+                weft::spawn(move || {
+                    let wait = Duration::from_micros(37 * (i % 100));
+                    let start = Instant::now();
+                    match i % 4 {
+                        0 => weft::time::sleep(wait),
+                        1 => weft::time::sleep_precise(wait),
+                        2 => weft::time::sleep_until(start + wait),
+                        _ => weft::time::sleep_until_precise(start + wait),
+                    }
+                    assert!(start.elapsed() >= wait, "sleeper {i} woke early");
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    });
+}
+
+/// The workers' timer slack (1 ms by default) lets timers due close together fire in one
+/// wake of their worker: 200 sleepers due 50 µs apart, over 10 ms, wake their one worker
+/// about ten times, not 200.
+#[test]
+fn timers_within_the_slack_share_a_wake_of_their_worker() {
+    let rt = weft::Runtime::builder().workers(1).build().unwrap();
+    let switches = rt.block_on(|| {
+        let base = Instant::now() + Duration::from_millis(30);
+        let before = voluntary_switches();
+        let handles: Vec<_> = (0..200u32)
+            .map(|i| {
+                weft::spawn(move || {
+                    let deadline = base + Duration::from_micros(50) * i;
+                    weft::time::sleep_until(deadline);
+                    assert!(Instant::now() >= deadline);
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        voluntary_switches() - before
+    });
+    assert!(
+        switches < 60,
+        "the worker slept {switches} times for 200 timers over 10 ms"
     );
 }

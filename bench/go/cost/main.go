@@ -5,6 +5,9 @@
 //	                  the first
 //	-what spawnjoin   the same rounds, each goroutine joined by its own WaitGroup (as a
 //	                  JoinHandle is one per task)
+//	-what spawnwg     the same rounds, every goroutine marking one shared WaitGroup done
+//	                  (`go func(){ wg.Done() }()`; weft's peer: detached tasks that each
+//	                  hold a clone of one channel Sender)
 //	-what sendrecv    send then receive on one goroutine, channel of capacity 1 (ns per pair)
 //	-what pingpong    two goroutines bounce a value over unbuffered channels (ns per round trip)
 //	-what threadlimit debug.SetMaxThreads(-limit), then goroutines that each lock an OS thread
@@ -51,6 +54,17 @@ func spawnjoin(n int) float64 {
 	for _, wg := range handles {
 		wg.Wait()
 	}
+	return float64(time.Since(start).Nanoseconds()) / float64(n)
+}
+
+func spawnwg(n int) float64 {
+	var wg sync.WaitGroup
+	start := time.Now()
+	wg.Add(n)
+	for i := 0; i < n; i++ {
+		go func() { wg.Done() }()
+	}
+	wg.Wait()
 	return float64(time.Since(start).Nanoseconds()) / float64(n)
 }
 
@@ -117,9 +131,9 @@ func threadlimit(limit int) {
 }
 
 func main() {
-	what := flag.String("what", "spawn", "spawn, spawnjoin, sendrecv, pingpong or threadlimit")
+	what := flag.String("what", "spawn", "spawn, spawnjoin, spawnwg, sendrecv, pingpong or threadlimit")
 	n := flag.Int("n", 100000, "operations")
-	r := flag.Int("rounds", 1, "rounds in this process for -what spawn and spawnjoin")
+	r := flag.Int("rounds", 1, "rounds in this process for -what spawn, spawnjoin and spawnwg")
 	procs := flag.Int("procs", 0, "GOMAXPROCS (0: default)")
 	limit := flag.Int("limit", 10, "thread limit for -what threadlimit")
 	flag.Parse()
@@ -133,6 +147,9 @@ func main() {
 		return
 	case "spawnjoin":
 		rounds(*what, spawnjoin, *n, max(*r, 1))
+		return
+	case "spawnwg":
+		rounds(*what, spawnwg, *n, max(*r, 1))
 		return
 	case "sendrecv":
 		ns = sendrecv(*n)

@@ -5,7 +5,9 @@
 //! - spawn: rounds of N spawns in one process (5, 3 with `--quick`), ns per unit: detached
 //!   units that each bump a counter, the last one waking the spawner ("run to
 //!   completion"), or units each joined by its handle ("join"; Go: a `WaitGroup` per
-//!   goroutine); threads spawn and join N threads in both. The row is the median round, as
+//!   goroutine), or detached units that each hold a clone of one channel `Sender`, with 2
+//!   workers ("each holding a `Sender`"; Go: one shared `WaitGroup`, `go func(){
+//!   wg.Done() }()`); threads spawn and join N threads in each. The row is the median round, as
 //!   in the spawn programs the figures were first published from; the first round of the
 //!   fresh process gets a row of its own, since it alone pays for touching the runtime's
 //!   stacks and task memory for the first time.
@@ -52,11 +54,11 @@ struct Op {
 impl Op {
     fn peer_cmd(&self, rt: &str, n: usize) -> Result<Cmd, String> {
         let mut a = match self.what {
-            "spawn" | "spawnjoin" => {
-                let case = if self.what == "spawn" {
-                    "complete"
-                } else {
-                    "join"
+            "spawn" | "spawnjoin" | "spawnwg" => {
+                let case = match self.what {
+                    "spawn" => "complete",
+                    "spawnjoin" => "join",
+                    _ => "sender",
                 };
                 args!["spawn", "--runtime", rt, "--n", n, "--case", case].to_vec()
             }
@@ -107,7 +109,7 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
     let spawn_n = s.pick(100_000, 100_000, 1000);
     let chan_n = s.pick(5_000_000, 2_000_000, 10_000);
     let pp_n = s.pick(200_000, 100_000, 1000);
-    let pb = runner::bar(ctx, "cost", 6 * 4 * (ctx.runs + 1));
+    let pb = runner::bar(ctx, "cost", 7 * 4 * (ctx.runs + 1));
     let mut rows = Vec::new();
 
     let mut mem = crate::cli::probe::programs(s, "idle", mem_n);
@@ -159,7 +161,7 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
     let threads_spawn = s.pick(5000, 2000, 100);
     let spawn_rounds = s.pick(5, 3, 2);
     let rounds = Some(spawn_rounds);
-    let spawn = |what, label: &str, short: &str| {
+    let spawn = |what, label: &str, short: &str, workers| {
         (
             label.to_string(),
             short.to_string(),
@@ -167,7 +169,7 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
                 what,
                 n: spawn_n,
                 threads_n: threads_spawn,
-                workers: None,
+                workers,
                 rounds,
             },
         )
@@ -190,11 +192,20 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
             "spawn",
             "spawn + run to completion, ns per unit",
             "spawn + run to completion",
+            None,
         ),
         spawn(
             "spawnjoin",
             "spawn + join each handle, ns per unit",
             "spawn + join",
+            None,
+        ),
+        spawn(
+            "spawnwg",
+            "spawn + run to completion, each unit holding a channel `Sender` (Go: one \
+             `WaitGroup`), 2 workers, ns per unit",
+            "spawn + complete, Sender each",
+            Some(2),
         ),
         plain(
             "sendrecv",

@@ -87,6 +87,9 @@ pub enum Peer {
         /// Rounds in this process; `ns` is their median, `first_ns` the first one's figure.
         #[arg(long, default_value_t = 5)]
         rounds: usize,
+        /// Workers (default: the runtime's).
+        #[arg(long)]
+        workers: Option<usize>,
     },
     /// Send then receive on one unit, capacity 1.
     Sendrecv {
@@ -158,7 +161,8 @@ pub fn main(peer: Peer) -> Result<(), String> {
             n,
             case,
             rounds,
-        } => spawn_rounds(runtime, case, n.max(1), rounds.max(1)),
+            workers,
+        } => spawn_rounds(runtime, case, n.max(1), rounds.max(1), workers),
         Peer::Sendrecv { runtime, n } => json!({"ns": sendrecv(runtime, n.max(1))}),
         Peer::Pingpong {
             runtime,
@@ -364,21 +368,30 @@ pub enum SpawnCase {
     Complete,
     /// Every unit's handle joined, in spawn order.
     Join,
+    /// Detached units that each hold a clone of one channel `Sender` and drop it; the
+    /// spawner's receive ends when the last is gone (Go: `go func(){ wg.Done() }()`).
+    Sender,
 }
 
 /// `rounds` rounds of `n` spawns in one runtime (threads: `n` threads spawned and joined
 /// in either case), like the spawn programs the figures were first published from: `ns` is
 /// the median round, `first_ns` the first round of this fresh process, whose units are the
 /// first to touch the runtime's stacks and task memory.
-fn spawn_rounds(runtime: Runtime, case: SpawnCase, n: usize, rounds: usize) -> Value {
+fn spawn_rounds(
+    runtime: Runtime,
+    case: SpawnCase,
+    n: usize,
+    rounds: usize,
+    workers: Option<usize>,
+) -> Value {
     let per = move |d: Duration| d.as_nanos() as f64 / n as f64;
     let all: Vec<f64> = match runtime {
-        Runtime::Weft => weft_runtime(None).block_on(move || {
+        Runtime::Weft => weft_runtime(workers).block_on(move || {
             (0..rounds)
                 .map(|_| per(weft_spawn_round(case, n)))
                 .collect()
         }),
-        Runtime::Tokio => tokio_runtime(None).block_on(async move {
+        Runtime::Tokio => tokio_runtime(workers).block_on(async move {
             let mut all = Vec::with_capacity(rounds);
             for _ in 0..rounds {
                 all.push(per(tokio_spawn_round(case, n).await));
@@ -422,6 +435,15 @@ fn weft_spawn_round(case: SpawnCase, n: usize) -> Duration {
                 weft::task::park();
             }
         }
+        SpawnCase::Sender => {
+            let (tx, rx) = weft::chan::bounded::<()>(0);
+            for _ in 0..n {
+                let tx = tx.clone();
+                weft::spawn(move || drop(tx));
+            }
+            drop(tx);
+            assert!(rx.recv().is_err(), "nothing is sent");
+        }
     }
     start.elapsed()
 }
@@ -447,6 +469,15 @@ async fn tokio_spawn_round(case: SpawnCase, n: usize) -> Duration {
                 });
             }
             done.notified().await;
+        }
+        SpawnCase::Sender => {
+            let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
+            for _ in 0..n {
+                let tx = tx.clone();
+                tokio::spawn(async move { drop(tx) });
+            }
+            drop(tx);
+            assert!(rx.recv().await.is_none(), "nothing is sent");
         }
     }
     start.elapsed()

@@ -57,6 +57,9 @@ pub struct PeerArgs {
     /// weft: the workers' timer slack, µs (`RuntimeBuilder::timer_slack`; default: weft's).
     #[arg(long)]
     pub timer_slack_us: Option<u64>,
+    /// weft: sleep with `time::sleep_until_precise`, without the runtime's timer slack.
+    #[arg(long)]
+    pub precise: bool,
 }
 
 fn xorshift(seed: &mut u64) -> u64 {
@@ -231,6 +234,11 @@ pub fn peer(mut a: PeerArgs) -> Result<Value, String> {
             }
             let rt = builder.build().map_err(|e| format!("weft runtime: {e}"))?;
             let (l, p) = (lateness.clone(), progress.clone());
+            let sleep_until = if a.precise {
+                weft::time::sleep_until_precise
+            } else {
+                weft::time::sleep_until
+            };
             rt.spawn(move || {
                 let (lateness, progress) = (l, p);
                 for (i, sleep) in all.into_iter().enumerate() {
@@ -238,7 +246,7 @@ pub fn peer(mut a: PeerArgs) -> Result<Value, String> {
                     weft::spawn(move || {
                         let deadline = base + sleep;
                         progress.asleep.fetch_add(1, Ordering::Release);
-                        weft::time::sleep_until(deadline);
+                        sleep_until(deadline);
                         record(&lateness, i, deadline);
                         progress.woken.fetch_add(1, Ordering::Release);
                     });

@@ -25,8 +25,9 @@ pub const TICK: Duration = Duration::from_millis(5);
 /// The most a tick may be late at the 99th percentile for the runtime to count as unblocked.
 pub const ON_TIME_P99: Duration = Duration::from_millis(2);
 
-/// A task on a weft runtime that sleeps until every 5 ms mark and records how late it woke:
-/// if any worker is blocked (not parked) by an async call, the ticks of that worker are late.
+/// A task on a weft runtime that sleeps until every 5 ms mark (with precise timers) and
+/// records how late it woke: if any worker is blocked (not parked) by an async call, the
+/// ticks of that worker are late.
 /// Beside it, a plain OS thread does the same with `std::thread::sleep`: how late the kernel
 /// itself wakes a thread on this machine now (other processes, the test's own load).
 pub struct Ticker {
@@ -57,7 +58,9 @@ impl Ticker {
     pub fn start(rt: &weft::Handle) -> Ticker {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        let task = rt.spawn(move || tick_until(&flag, weft::time::sleep_until));
+        // Precise: the runtime's timer slack (1 ms by default) would add its own lateness to
+        // what the ticker is there to see, a blocked worker.
+        let task = rt.spawn(move || tick_until(&flag, weft::time::sleep_until_precise));
         let flag = stop.clone();
         let control = std::thread::spawn(move || {
             tick_until(&flag, |at| {

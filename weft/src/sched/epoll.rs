@@ -13,8 +13,9 @@
 //!    needs (idle.rs: a notify between "about to sleep" and the wait ends that wait). Its
 //!    counter would need 2^64 − 1 notifies to fill.
 //! 2. A timed wait is one `epoll_pwait2` (nanosecond timeout, Linux ≥ 5.11). The kernel
-//!    wakes it up to the thread's timer slack late (`RuntimeBuilder::timer_slack`, 10 µs by
-//!    default, or 0.1 % of the timeout when that is more), which batches the wakes of timers
+//!    wakes it up to the thread's timer slack late (sched/runtime.rs `KERNEL_TIMER_SLACK`,
+//!    10 µs, or the runtime's timer slack when that is less, or 0.1 % of the timeout when
+//!    that is more), which batches the wakes of timers
 //!    that fall close together; so a wait longer than [`LONG_WAIT`] asks for 0.1 % less and
 //!    the worker, woken that little early, waits again for the rest with the short slack.
 //!    Where `epoll_pwait2` is missing (ENOSYS) or refused (EPERM from a seccomp filter),

@@ -86,6 +86,8 @@ pub(crate) mod tokio_context;
 #[cfg(not(loom))]
 pub(crate) mod wake_at;
 #[cfg(not(loom))]
+mod wheel;
+#[cfg(not(loom))]
 mod worker;
 
 #[cfg(not(loom))]
@@ -96,13 +98,17 @@ pub(crate) use park::Cancellation;
 pub(crate) use park::{cancellation_as_error, caught_cancellation};
 pub(crate) use park::{park_current, Waiter};
 #[cfg(not(loom))]
-pub(crate) use park::{park_current_cancellable, park_current_until, unwind_if_cancelled};
+pub(crate) use park::{
+    park_current_cancellable, park_current_until, park_current_until_timer, unwind_if_cancelled,
+};
 #[cfg(not(loom))]
 pub(crate) use pool_slot::PoolSlot;
 #[cfg(not(loom))]
 pub(crate) use spawn::spawn;
 #[cfg(not(loom))]
 pub(crate) use task::{interrupt, locals, unpark_ptr, Header, Suspend};
+#[cfg(not(loom))]
+pub(crate) use timers::Slack;
 #[cfg(all(not(loom), feature = "tokio"))]
 pub(crate) use worker::current_tokio_bridge;
 #[cfg(not(loom))]

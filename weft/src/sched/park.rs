@@ -40,7 +40,7 @@ use std::time::Instant;
 
 use super::dump::answer_captures;
 use super::task::{interrupt, locals, Cancelled, Header, Suspend, Task};
-use super::timers::TimerEntry;
+use super::timers::{Slack, TimerEntry};
 use super::worker::{current_header, current_task, current_worker, Worker};
 use crate::observe::capture::ParkSite;
 use crate::park::ParkReason;
@@ -385,9 +385,31 @@ pub(crate) fn park_current_task_until(deadline: Instant, reason: ParkReason) -> 
     true
 }
 
+/// Parks the caller until woken or until `deadline`, which may pass by up to `slack`
+/// (sched/timers.rs invariant 2) before the wake; true if the caller's timer fired, so that
+/// `deadline` has surely passed and the caller need not read the clock to know it (a sleep:
+/// time/mod.rs). False after any other wake (invariant 2), and on a plain thread.
+pub(crate) fn park_current_until_timer(
+    deadline: Instant,
+    reason: ParkReason,
+    slack: Slack,
+) -> bool {
+    let (Some(worker), Some(header)) = (current_worker(), current_header()) else {
+        park_thread(Some(deadline));
+        return false;
+    };
+    if std::thread::panicking() && !shutting_down() {
+        park_task::<false>(worker, header, Some(deadline), reason);
+        return false;
+    }
+    let entry = TimerEntry::new(worker, NonNull::from(header), deadline, slack);
+    park_task::<false>(worker, header, None, reason);
+    entry.close()
+}
+
 /// [`park_task`] until `deadline` at the latest.
 ///
-/// The deadline is an entry in the home worker's timer map, removed again when the task
+/// The deadline is an entry in the home worker's timers, removed again when the task
 /// returns (so a wait that ends early leaves nothing behind).
 #[inline]
 fn park_task_until<const CANCELLABLE: bool>(
@@ -401,15 +423,9 @@ fn park_task_until<const CANCELLABLE: bool>(
         // own park times out.
         return park_task::<CANCELLABLE>(worker, header, Some(deadline), reason);
     }
-    // SAFETY: `header` is the running task's: alive for the whole resume.
-    let task = unsafe { Task::clone_from_ptr(NonNull::from(header)) };
-    let seq = worker.timer_seq.get().wrapping_add(1);
-    worker.timer_seq.set(seq);
-    let key = (deadline, seq);
-    worker.timers.borrow_mut().insert(key, task);
     // Removed when the park returns or unwinds (a cancelled sleeper must not keep its task
-    // alive until the deadline).
-    let _entry = TimerEntry { worker, key };
+    // alive until the deadline, sched/timers.rs invariant 1).
+    let _entry = TimerEntry::new(worker, NonNull::from(header), deadline, Slack::Runtime);
     park_task::<CANCELLABLE>(worker, header, None, reason)
 }
 

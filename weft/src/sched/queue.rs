@@ -20,6 +20,7 @@
 //! `run_next`, the prefetch pipeline and the lasting-load rules are in the functions' docs.
 
 use std::collections::VecDeque;
+use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -56,7 +57,7 @@ fn prefetch_ahead(ready: &VecDeque<Task>) {
         return;
     }
     if let Some(task) = ready.get(2) {
-        prefetch_header(task);
+        prefetch_header(task.as_ptr());
     }
     ready[1].header().stack.prefetch_early();
     ready[0].header().stack.prefetch();
@@ -64,8 +65,8 @@ fn prefetch_ahead(ready: &VecDeque<Task>) {
 
 /// Pulls a task's header into the cache: a hint, it never faults.
 #[inline]
-pub(super) fn prefetch_header(task: &Task) {
-    let at = task.as_ptr().as_ptr() as *const u8;
+pub(super) fn prefetch_header(header: NonNull<Header>) {
+    let at = header.as_ptr() as *const u8;
     for line in (0..std::mem::size_of::<Header>()).step_by(64) {
         stack::prefetch_line(at.wrapping_add(line));
     }

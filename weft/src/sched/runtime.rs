@@ -69,6 +69,8 @@ pub(crate) struct Shared {
     pub(crate) profile_path: Option<PathBuf>,
     /// What workers do with parked tasks' stacks (stack/compact.rs).
     pub(crate) stack_policy: stack::StackPolicy,
+    /// How late a timer may fire (`RuntimeBuilder::timer_slack`, sched/timers.rs).
+    pub(crate) timer_slack: Duration,
     /// The tokio runtime of `weft::tokio` (tokio_bridge.rs).
     #[cfg(feature = "tokio")]
     pub(crate) tokio: super::tokio_bridge::Bridge,
@@ -267,21 +269,39 @@ impl Shared {
     }
 }
 
-/// Sets this thread's timer slack (`RuntimeBuilder::timer_slack`); 0 would mean "the
-/// default" to the kernel, so at least 1 ns.
+/// Sets this thread's kernel timer slack for a runtime whose timers may be `slack` late
+/// (`RuntimeBuilder::timer_slack`): the slack itself up to [`KERNEL_TIMER_SLACK`], at least
+/// 1 ns (0 would mean "the default" to the kernel).
 fn set_timer_slack(slack: Duration) {
-    let ns = slack.as_nanos().clamp(1, libc::c_ulong::MAX as u128) as libc::c_ulong;
+    let ns = slack
+        .min(KERNEL_TIMER_SLACK)
+        .as_nanos()
+        .clamp(1, libc::c_ulong::MAX as u128) as libc::c_ulong;
     // SAFETY: PR_SET_TIMERSLACK changes only this thread's timer slack.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns) };
 }
 
-/// The workers' timer slack unless [`RuntimeBuilder::timer_slack`] says otherwise: 10 µs,
-/// a fifth of the kernel's default of 50 µs. A million sleepers waking over 4 s (`weft-bench
-/// peer sleepers`, alternated with the build before weft's own epoll wait) woke 16 µs late at
-/// the median with 10 µs, as with the timerfd that wait replaced (15–16 µs), against 29–37 µs
-/// with the kernel's 50 µs, for 6.2 µs of CPU per wake against 6.4 (timerfd) and 5.2–6.0
-/// (50 µs). 5 µs gained nothing at the median (13–14 µs) and cost 6.6–6.7 µs per wake.
-pub const DEFAULT_TIMER_SLACK: Duration = Duration::from_micros(10);
+/// The most kernel timer slack a worker thread asks for: the kernel may wake a sleeping
+/// worker this late for its next timer. Weft's own slack (sched/timers.rs invariant 2) already
+/// gathers the timers of a window into one expiry, so the kernel's adds only lateness; and
+/// the precise timers a runtime with a large slack still has (`time::sleep_precise`) keep the
+/// precision they had when this was the whole slack. 10 µs, a fifth of the kernel's default
+/// of 50 µs: a million sleepers waking over 4 s (`weft-bench peer sleepers`, one wake of the
+/// worker per distinct deadline) woke 16 µs late at the median with 10 µs, against 29–37 µs
+/// with the kernel's 50 µs, for 6.2 µs of CPU per wake against 5.2–6.0; 5 µs gained nothing
+/// at the median (13–14 µs) and cost 6.6–6.7 µs per wake.
+pub(crate) const KERNEL_TIMER_SLACK: Duration = Duration::from_micros(10);
+
+/// How late a timer may fire unless [`RuntimeBuilder::timer_slack`] says otherwise: 1 ms,
+/// or a quarter of the wait when that is less (sched/timers.rs invariant 2), so that timers
+/// due within the same millisecond fire in one wake of their worker — about what Go's and
+/// tokio's timers give (Go's poller waits in whole milliseconds, tokio's wheel ticks in
+/// them). 100K sleepers waking over 1 s (`weft-bench sleepers --quick`) cost 8.5–10.8 µs of
+/// CPU per wake when each distinct deadline was a wake of its own (10 µs of slack), against
+/// Go's 2.05 and tokio's 2.34. With this default, in one alternated run: 4.1–4.7 µs
+/// (2.3–2.8 with `WEFT_STACK_COMPACTION=off`) against Go's 2.35–2.5, lateness p50 0.64 ms and
+/// p99 1.2–1.4 ms against Go's 0.5 and 3.2–7.4 ms.
+pub const DEFAULT_TIMER_SLACK: Duration = Duration::from_millis(1);
 
 /// Configures and builds a [`Runtime`].
 ///
@@ -409,14 +429,17 @@ impl RuntimeBuilder {
         self
     }
 
-    /// How late the kernel may wake a sleeping worker for its next timer: the workers'
-    /// timer slack (`prctl(PR_SET_TIMERSLACK)`), at least 1 ns. Default
-    /// [`DEFAULT_TIMER_SLACK`], 10 µs. The slack lets the kernel wake a worker once for timers
-    /// that fall close together, which saves CPU when they are dense, and it is how late a
-    /// sleep may end. A program whose timers must fire within a microsecond or two sets it
-    /// lower; one with a great many timers and no use for precision, higher. Whatever the
-    /// slack, an idle worker whose next deadline is within 12 µs waits for it awake instead
-    /// of sleeping: a sleep costs more CPU than that, and ends later.
+    /// How late a timer may fire, so that timers due close together fire in one wake of
+    /// their worker: a sleep, a `park_timeout`, a channel operation's or a socket's deadline,
+    /// `select!`'s `after`. Default [`DEFAULT_TIMER_SLACK`], 1 ms. A wait shorter than four
+    /// times the slack gets a quarter of its length instead (a 100 µs sleep ends within
+    /// 25 µs), and [`time::sleep_precise`](crate::time::sleep_precise) none. Each worker
+    /// wake costs CPU (tens of microseconds in a VM), so a smaller slack costs more CPU when
+    /// timers are dense; `Duration::ZERO` makes every timer precise, each distinct deadline a
+    /// wake of its own. The workers' kernel timer slack (`prctl(PR_SET_TIMERSLACK)`) is this
+    /// slack up to 10 µs, at least 1 ns. Whatever the slack, an idle worker whose next timer
+    /// is within 12 µs waits for it awake instead of sleeping: a sleep costs more CPU than
+    /// that, and ends later.
     pub fn timer_slack(mut self, slack: Duration) -> Self {
         self.timer_slack = Some(slack);
         self
@@ -528,6 +551,7 @@ impl RuntimeBuilder {
             monitor_rest: super::monitor::Rest::default(),
             compute: Default::default(),
             stack_policy: self.stack_policy.unwrap_or_default(),
+            timer_slack: self.timer_slack.unwrap_or(DEFAULT_TIMER_SLACK),
             blocking: Arc::new(super::blocking::Pool::new(
                 max_threads - own_threads,
                 max_threads,
@@ -540,7 +564,7 @@ impl RuntimeBuilder {
             tokio: super::tokio_bridge::Bridge::new(self.tokio),
         });
         super::stats::register(&shared);
-        let timer_slack = self.timer_slack.unwrap_or(DEFAULT_TIMER_SLACK);
+        let timer_slack = shared.timer_slack;
         let mut threads = Vec::with_capacity(workers);
         for (index, local) in locals.into_iter().enumerate() {
             let worker_shared = shared.clone();

@@ -30,7 +30,7 @@
 //! task may hold thread-local addresses and `!Send` values).
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::panic::Location;
 use std::ptr::{self, NonNull};
 use std::sync::atomic::Ordering;
@@ -53,6 +53,15 @@ const SPIN_MISSES: u32 = 4;
 /// The longest wait for a deadline that an idle worker spends awake rather than asleep
 /// (`Worker::await_close_deadline`).
 const DEADLINE_SPIN: Duration = Duration::from_micros(12);
+/// How long an idle worker may put off the stacks' housekeeping (a step of `trim_idle`,
+/// `stack_step` or the task cells' trim, due every 1.25 ms after a burst) to do it at the
+/// wake of a timer due by then, rather than wake for it on its own.
+///
+/// Why: a worker that woke for both, 100K sleepers over 1 s with the 1 ms timer slack
+/// (`weft-bench sleepers --quick`), slept 3,135 times instead of ≈2,000, 40 % of its wakes
+/// for a step between two timer windows; each sleep and wake costs 17–32 µs of CPU in this
+/// VM. A step put off a millisecond or two gives memory back that much later, nothing more.
+const HOUSEKEEPING_DEFER: Duration = Duration::from_millis(2);
 /// How often (in tasks run) the injector is checked before local work, so that tasks spawned
 /// from outside are not starved by a busy worker (Go checks its global queue every 61 ticks).
 pub(super) const INJECTOR_INTERVAL: u32 = 61;
@@ -177,9 +186,8 @@ pub(crate) struct Worker {
     /// The header of the task being resumed, if any.
     pub(super) current: Cell<Option<NonNull<Header>>>,
     pub(super) tick: Cell<u32>,
-    /// Deadlines of this worker's parked tasks (time/mod.rs explains the choice of map).
-    pub(super) timers: RefCell<BTreeMap<(Instant, u64), Task>>,
-    pub(super) timer_seq: Cell<u64>,
+    /// Deadlines of this worker's parked tasks (timers.rs).
+    pub(super) timers: RefCell<super::timers::Timers>,
     /// Idle spins in a row that found nothing (see `idle`).
     spin_misses: Cell<u32>,
     /// When the next idle stack step is due, on `clock`'s scale; 0: at the next idle
@@ -211,6 +219,7 @@ impl Worker {
         new_tasks: crossbeam_deque::Worker<Task>,
     ) -> Worker {
         let policy = shared.stack_policy;
+        let timers = super::timers::Timers::new(shared.timer_slack);
         Worker {
             index,
             remote: shared.remotes[index].clone(),
@@ -224,8 +233,7 @@ impl Worker {
             live: RefCell::new(Live::default()),
             current: Cell::new(None),
             tick: Cell::new(0),
-            timers: RefCell::new(BTreeMap::new()),
-            timer_seq: Cell::new(0),
+            timers: RefCell::new(timers),
             spin_misses: Cell::new(0),
             step_due: Cell::new(0),
             spawns_this_resume: Cell::new(0),
@@ -359,8 +367,8 @@ impl Worker {
             || self.shared.shutdown.load(Ordering::Relaxed)
     }
 
-    /// Waits awake, rather than asleep, for a timer due within [`DEADLINE_SPIN`]; true if it
-    /// waited (the deadline passed or work arrived).
+    /// Waits awake, rather than asleep, for a timer due within [`DEADLINE_SPIN`] of `now`;
+    /// true if it waited (the deadline passed, and its timers fired, or work arrived).
     ///
     /// Why: a sleep costs more than such a wait. In this VM a timed `epoll_pwait2` costs
     /// 17–32 µs of CPU and ends 30–50 µs late whatever its timeout, and a million sleepers
@@ -368,28 +376,32 @@ impl Worker {
     /// closest of them nearly halved the sleepers' median lateness (8–16 µs against 15–27 in
     /// 13 alternated runs) at the same CPU per wake; a limit of 50 µs cost 1.2 µs more CPU
     /// per wake, one set by the measured CPU cost of this thread's sleeps 0.4–1.0 µs more.
-    fn await_close_deadline(&self) -> bool {
+    fn await_close_deadline(&self, now: Instant) -> bool {
         let Some(deadline) = self.next_deadline() else {
             return false;
         };
-        if deadline.saturating_duration_since(Instant::now()) > DEADLINE_SPIN {
+        if deadline.saturating_duration_since(now) > DEADLINE_SPIN {
             return false;
         }
         // Counted as spinning, as in `idle`: a waker then leaves its work to this worker,
         // which sees it here, or at the latest in the final check of its next `idle`
         // (idle.rs step 3, after this decrement).
         self.shared.spinning.fetch_add(1, Ordering::SeqCst);
-        let start = Instant::now();
-        'wait: while Instant::now() < deadline {
+        let mut at = now;
+        'wait: while at < deadline {
             for _ in 0..32 {
                 if self.has_work(true) {
                     break 'wait;
                 }
                 std::hint::spin_loop();
             }
+            at = Instant::now();
         }
         self.shared.spinning.fetch_sub(1, Ordering::SeqCst);
-        self.remote.activity.idled(start.elapsed());
+        self.remote
+            .activity
+            .idled(at.saturating_duration_since(now));
+        self.fire_timers_at(at);
         true
     }
 
@@ -399,6 +411,10 @@ impl Worker {
     /// only wakes for its timers would otherwise burn up to `SPIN` of CPU per wake), and
     /// re-enabled as soon as a notify ends a sleep within `SPIN` of its start — work arrived
     /// from another thread that a spin would have caught (ping-pong across workers).
+    ///
+    /// The clock is read once per look at the timers and passed on (a read costs ≈25–40 ns
+    /// in this VM): before the sleep, for the timers due and the timeout, and after it, for
+    /// the timers it waited for and the worker's coarse clock.
     ///
     /// Out of line: inlined into the loop, this cold path (and the poller's wait it pulled in)
     /// cost the busy loop 10 instructions a ping-pong round trip in spills (callgrind).
@@ -412,12 +428,13 @@ impl Worker {
         if spin {
             self.shared.spinning.fetch_add(1, Ordering::SeqCst);
             let start = Instant::now();
+            let mut now = start;
             let mut found = false;
             // The clock is read once per 32 turns: a read costs ≈25–40 ns in this VM, more
             // than a look at the queues.
             let mut timers_only = false;
-            'spin: while start.elapsed() < SPIN {
-                self.fire_timers();
+            'spin: while now.saturating_duration_since(start) < SPIN {
+                self.fire_timers_at(now);
                 if self.has_ready() {
                     // A deadline passed: work, but not the cross-thread kind a spin exists
                     // to catch; do not let timers alone keep this worker spinning.
@@ -431,9 +448,12 @@ impl Worker {
                     }
                     std::hint::spin_loop();
                 }
+                now = Instant::now();
             }
             self.shared.spinning.fetch_sub(1, Ordering::SeqCst);
-            self.remote.activity.idled(start.elapsed());
+            self.remote
+                .activity
+                .idled(now.saturating_duration_since(start));
             if found {
                 self.spin_misses.set(0);
                 return;
@@ -454,19 +474,23 @@ impl Worker {
             (Some(due), true) => Some(due.min(stack::TRIM_INTERVAL)),
             (due, cells) => due.or(cells.then_some(stack::TRIM_INTERVAL)),
         };
-        if !self.timers.borrow().is_empty() {
-            self.restore_due_soon();
+        let mut now = Instant::now();
+        if self.restore_due_soon(now) {
+            now = Instant::now();
         }
-        if self.await_close_deadline() {
+        if self.await_close_deadline(now) {
             return;
         }
         // idle.rs step 3 (the fence is inside).
         self.remote.flags.prepare_sleep();
+        let mut woke_at = None;
         if !self.has_work(true) {
             let timer_due = self
-                .fire_timers()
-                .map(|deadline| deadline.saturating_duration_since(Instant::now()));
+                .fire_timers_at(now)
+                .map(|deadline| deadline.saturating_duration_since(now));
             let timeout = match (timer_due, trim_due) {
+                // The stacks' housekeeping rides on a timer wake soon after it is due.
+                (Some(a), Some(b)) if a <= b + HOUSEKEEPING_DEFER => Some(a),
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
@@ -475,26 +499,25 @@ impl Worker {
             let fired = self.has_ready();
             if !fired && timeout != Some(Duration::ZERO) {
                 stack::release_emptied_images(timeout);
-                // One clock for the sleep's length and the worker's coarse clock: two reads
-                // per sleep, not three (a socket worker sleeps often).
-                let before = clock_now();
                 let woken = super::io::wait(&self.remote, timeout);
-                let after = clock_now();
-                self.clock.set(after);
+                let after = Instant::now();
                 // Woken early by a notify or I/O (not by the timeout: timers alone never
                 // justify spinning) soon after sleeping.
-                let slept = Duration::from_nanos(after.saturating_sub(before));
+                let slept = after.saturating_duration_since(now);
                 self.remote.activity.idled(slept);
                 if woken && slept < SPIN {
                     self.spin_misses.set(0);
                 }
-            } else {
-                self.clock.set(clock_now());
+                self.fire_timers_at(after);
+                woke_at = Some(after);
             }
-        } else {
-            self.clock.set(clock_now());
         }
         self.remote.flags.end_sleep();
+        let clock = match woke_at {
+            Some(at) => self.timers.borrow().clock_at(at),
+            None => clock_now(),
+        };
+        self.clock.set(clock);
         self.tracing.set(trace::on());
         // monitor.rs "Idle" step 2.
         self.shared.monitor_rest.worker_awake();
