@@ -331,12 +331,14 @@ fn compact_run(run: &[Candidate<'_>], observe: &mut impl FnMut(usize, usize)) {
     }
     // 3e.
     region::release_range(start, len);
-    for &index in &locks {
-        unlock(index);
-    }
+    // Counted before the unlocks: a restore, which takes a slot's lock first, subtracts
+    // what this adds, and must never find the counters without it (they would wrap).
     add(&COMPACTIONS, run.len() as u64);
     add(&COMPACTED_LIVE_BYTES, live_bytes);
     add(&COMPACTION_RELEASED_BYTES, released);
+    for &index in &locks {
+        unlock(index);
+    }
     if size < WINDOW {
         release_window_if_empty(start / WINDOW * WINDOW, size);
         release_window_if_empty((end - 1) / WINDOW * WINDOW, size);

@@ -475,6 +475,7 @@ impl SlotPool {
     /// Returns slots, oldest first, under one lock.
     fn put_all(&self, slots: impl IntoIterator<Item = Slot>) {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let before = inner.puts;
         for slot in slots {
             inner.warm.push_back(slot.start());
             std::mem::forget(slot);
@@ -485,7 +486,9 @@ impl SlotPool {
             inner.restores_seen = mode::restores();
         } else {
             EXCESS.fetch_or(self.class_bit(), Ordering::Relaxed);
-            if inner.puts % TRIM_CHECK_EVERY < LOCAL_SPILL as u32 {
+            // A look at the trim (a clock read) when this call's returns reach a multiple of
+            // TRIM_CHECK_EVERY: a local spill's always do, single returns one in 64.
+            if inner.puts / TRIM_CHECK_EVERY != before / TRIM_CHECK_EVERY {
                 self.trim(inner);
             }
         }
@@ -514,11 +517,9 @@ impl SlotPool {
             .saturating_sub(inner.restores_seen)
             .saturating_sub(STORM_SLACK) as usize;
         let storm = debt.min(excess).min(STORM_BATCH);
-        let released = self.release_oldest(inner, excess.min(TRIM_BATCH.max(storm)), storm > 0);
-        if storm > 0 {
-            let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-            inner.restores_seen = (inner.restores_seen + released as u64).min(restores);
-        }
+        let n = excess.min(TRIM_BATCH.max(storm));
+        let storm_restores = (storm > 0).then_some(restores);
+        let released = self.release_oldest(inner, n, SHARED_WARM_SLOTS, storm_restores);
         (released < excess).then_some(TRIM_INTERVAL)
     }
 
@@ -528,21 +529,26 @@ impl SlotPool {
     }
 
     /// Gives the pages of up to `n` least recently used warm slots back to the kernel,
-    /// [`TRIM_BATCH`] at a time; past the first batch only while `storm` and each batch
+    /// [`TRIM_BATCH`] at a time, leaving at least `keep` warm (spawns may take warm slots
+    /// while a batch is released outside the lock); past the first batch only in a storm
+    /// (`storm_restores`: the restore count its debt was taken at) and while each batch
     /// went as few ranges (its slots were mostly neighbours: see [`STORM_BATCH`]). Returns
     /// how many went.
     fn release_oldest<'a>(
         &'a self,
         mut inner: std::sync::MutexGuard<'a, PoolInner>,
         n: usize,
-        storm: bool,
+        keep: usize,
+        storm_restores: Option<u64>,
     ) -> usize {
         inner.last_trim = Some(Instant::now());
         let mut released = 0;
         loop {
             // On this thread's stack, not the heap (region::process_madvise says why).
             let mut batch = [0usize; TRIM_BATCH];
-            let k = (n - released).min(TRIM_BATCH).min(inner.warm.len());
+            let k = (n - released)
+                .min(TRIM_BATCH)
+                .min(inner.warm.len().saturating_sub(keep));
             for (to, from) in batch.iter_mut().zip(inner.warm.drain(..k)) {
                 *to = from;
             }
@@ -552,7 +558,14 @@ impl SlotPool {
             inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
             inner.cold.extend_from_slice(&batch[..k]);
             released += k;
-            if !storm || released >= n || k == 0 || ranges > k / STORM_MERGE {
+            let Some(restores) = storm_restores else {
+                return released;
+            };
+            if released >= n || k == 0 || ranges > k / STORM_MERGE {
+                // The debt paid, under the lock `put_all` resets it under, and never back
+                // below a newer reset.
+                let paid = (inner.restores_seen + released as u64).min(restores);
+                inner.restores_seen = inner.restores_seen.max(paid);
                 return released;
             }
         }
@@ -732,7 +745,7 @@ mod tests {
 
         let pool = pool_with_warm_neighbours(class, n);
         let inner = pool.inner.lock().unwrap();
-        let released = pool.release_oldest(inner, n, true);
+        let released = pool.release_oldest(inner, n, 0, Some(u64::MAX));
         let merged = region::guards_are_markers() == Some(true);
         // Neighbours merge into ranges only where guards are markers (region.rs).
         assert_eq!(released, if merged { n } else { TRIM_BATCH });
@@ -753,7 +766,7 @@ mod tests {
         // Without a storm, one batch at a time, whatever the order.
         let pool = pool_with_warm_neighbours(class, n);
         let inner = pool.inner.lock().unwrap();
-        assert_eq!(pool.release_oldest(inner, n, false), TRIM_BATCH);
+        assert_eq!(pool.release_oldest(inner, n, 0, None), TRIM_BATCH);
 
         // Every other slot: no two neighbours, no ranges to merge: the storm stops after one
         // batch, as the ordinary trim's pace.
@@ -761,7 +774,7 @@ mod tests {
         let mut inner = pool.inner.lock().unwrap();
         let scattered: VecDeque<usize> = inner.warm.iter().copied().step_by(2).collect();
         inner.warm = scattered;
-        assert_eq!(pool.release_oldest(inner, n, true), TRIM_BATCH);
+        assert_eq!(pool.release_oldest(inner, n, 0, Some(u64::MAX)), TRIM_BATCH);
     }
 
     #[test]

@@ -161,21 +161,21 @@ pub fn counters() -> Counters {
     let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
     // Restores are read first: a compaction counted meanwhile only makes this larger,
     // never wrap below zero.
-    let compacted_tasks = {
-        let restores = r(&RESTORES);
-        r(&COMPACTIONS).saturating_sub(restores)
-    };
+    let restores = r(&RESTORES);
+    let compactions = r(&COMPACTIONS);
+    let compacted_tasks = compactions.saturating_sub(restores);
     let compacted_live_bytes = r(&COMPACTED_LIVE_BYTES);
     Counters {
         reclaimed_bytes: r(&RECLAIMED_BYTES),
         compacted_live_bytes,
         compacted_tasks,
-        compactions: r(&COMPACTIONS),
+        compactions,
         compaction_released_bytes: r(&COMPACTION_RELEASED_BYTES),
-        restores: r(&RESTORES),
+        restores,
         fault_restores: r(&FAULT_RESTORES),
         zero_fills: r(&ZERO_FILLS),
-        image_bytes: compacted_live_bytes + super::arena::HEADER as u64 * compacted_tasks,
+        image_bytes: compacted_live_bytes
+            .saturating_add(super::arena::HEADER as u64 * compacted_tasks),
     }
 }
 
