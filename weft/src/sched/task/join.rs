@@ -135,24 +135,27 @@ impl<T> JoinSlot<T> {
         }
     }
 
-    /// Takes back a waiter a poll left registered (invariants 5, 6), before a blocking join
-    /// may register its own (`JoinFuture::into_handle`). Returns with the state EMPTY or DONE.
-    pub(crate) fn withdraw(&self) {
+    /// Takes back a registered waiter (invariants 5, 6): a poll's, before a blocking join
+    /// may register its own (`JoinFuture::into_handle`), or a timed join's at its deadline.
+    /// Returns with the state EMPTY or DONE; true if it took a waiter back (EMPTY).
+    pub(crate) fn withdraw(&self) -> bool {
         // Relaxed: only this joiner ever stores WAITING.
         if self.state.load(Ordering::Relaxed) != WAITING {
-            return;
+            return false;
         }
         // Acquire on failure: the state is DONE; pairs with `complete`'s swap. Relaxed on
         // success: the completion has not run and read nothing.
         if self
             .state
             .compare_exchange(WAITING, EMPTY, Ordering::Relaxed, Ordering::Acquire)
-            .is_ok()
+            .is_err()
         {
-            // SAFETY: invariant 2: back in EMPTY by our CAS, the completion will not read
-            // `waiter`; only this joiner writes it.
-            drop(unsafe { (*self.waiter.get()).take() });
+            return false;
         }
+        // SAFETY: invariant 2: back in EMPTY by our CAS, the completion will not read
+        // `waiter`; only this joiner writes it.
+        drop(unsafe { (*self.waiter.get()).take() });
+        true
     }
 
     /// The joiner as a future (invariant 6): the result if the task completed, else `None`
@@ -224,19 +227,9 @@ impl<T> JoinSlot<T> {
                 .is_ok()
             {
                 while !self.is_done() {
-                    if park() {
-                        continue;
-                    }
-                    // Acquire on failure: the state is DONE; pairs with `complete`'s swap.
-                    // Relaxed on success: the completion has not run and read nothing.
-                    if self
-                        .state
-                        .compare_exchange(WAITING, EMPTY, Ordering::Relaxed, Ordering::Acquire)
-                        .is_ok()
-                    {
-                        // SAFETY: invariant 5: back in EMPTY by our CAS, the completion will
-                        // not read `waiter`; only this joiner writes it.
-                        drop(unsafe { (*self.waiter.get()).take() });
+                    // Past the deadline: withdraw, unless the result came in meanwhile (then
+                    // the state is DONE and the loop ends).
+                    if !park() && self.withdraw() {
                         return None;
                     }
                 }
