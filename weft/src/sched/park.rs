@@ -388,11 +388,13 @@ pub(crate) fn park_current_task_until(deadline: Instant, reason: ParkReason) -> 
 /// Parks the caller until woken or until `deadline`, which may pass by up to `slack`
 /// (sched/timers.rs invariant 2) before the wake; true if the caller's timer fired, so that
 /// `deadline` has surely passed and the caller need not read the clock to know it (a sleep:
-/// time/mod.rs). False after any other wake (invariant 2), and on a plain thread.
+/// time/mod.rs). False after any other wake (invariant 2), and on a plain thread. `now`, if
+/// the caller read the clock, measures the wait (the slack of a short one).
 pub(crate) fn park_current_until_timer(
     deadline: Instant,
     reason: ParkReason,
     slack: Slack,
+    now: Option<Instant>,
 ) -> bool {
     let (Some(worker), Some(header)) = (current_worker(), current_header()) else {
         park_thread(Some(deadline));
@@ -402,7 +404,9 @@ pub(crate) fn park_current_until_timer(
         park_task::<false>(worker, header, Some(deadline), reason);
         return false;
     }
-    let entry = TimerEntry::new(worker, NonNull::from(header), deadline, slack);
+    // SAFETY: the current task's header, parked just below in this frame, which closes the
+    // entry after the park (or drops it if the park unwinds).
+    let entry = unsafe { TimerEntry::new(worker, NonNull::from(header), deadline, slack, now) };
     park_task::<false>(worker, header, None, reason);
     entry.close()
 }
@@ -425,7 +429,17 @@ fn park_task_until<const CANCELLABLE: bool>(
     }
     // Removed when the park returns or unwinds (a cancelled sleeper must not keep its task
     // alive until the deadline, sched/timers.rs invariant 1).
-    let _entry = TimerEntry::new(worker, NonNull::from(header), deadline, Slack::Runtime);
+    // SAFETY: `header` is the current task's (the callers pass `current_header()`), parked
+    // just below in this frame, which drops the entry when the park returns or unwinds.
+    let _entry = unsafe {
+        TimerEntry::new(
+            worker,
+            NonNull::from(header),
+            deadline,
+            Slack::Runtime,
+            None,
+        )
+    };
     park_task::<CANCELLABLE>(worker, header, None, reason)
 }
 

@@ -159,9 +159,17 @@ impl Worker {
     #[inline(never)]
     fn next_task_from_queues(&self, tick: u32) -> Option<Task> {
         if tick.is_multiple_of(INJECTOR_INTERVAL) {
-            self.clock.set(clock_now());
+            let clock = clock_now();
+            self.clock.set(clock);
             self.tracing.set(trace::on());
-            self.fire_timers();
+            // The timers' look at the same clock read, not a second one.
+            let timers_now = {
+                let timers = self.timers.borrow();
+                (!timers.is_empty()).then(|| timers.instant_at(clock))
+            };
+            if let Some(now) = timers_now {
+                self.fire_timers_at(now);
+            }
             self.poll_io();
             if let Some(task) = self.steal_from_injector() {
                 return Some(task);

@@ -98,16 +98,21 @@ impl Timers {
         self.wheel.is_empty()
     }
 
-    /// The expiry tick of a timer due at `deadline` (invariant 2). `clock` is the worker's
-    /// coarse clock, which tells how long the wait is: the slack of a short one.
-    fn expiry(&self, deadline: Instant, slack: Slack, clock: u64) -> u64 {
+    /// The expiry tick of a timer due at `deadline` (invariant 2). How long the wait is (the
+    /// slack of a short one) is counted from `now` when the caller read it (a sleep does), else
+    /// from the worker's coarse clock `clock`, which may lag by a busy stretch: such a wait
+    /// looks longer, and its slack may exceed a quarter of it (never the runtime's slack).
+    fn expiry(&self, deadline: Instant, slack: Slack, now: Option<Instant>, clock: u64) -> u64 {
         let due = self.wheel.nanos(deadline);
         let grid = match slack {
             Slack::Precise => 1,
             Slack::Runtime if self.slack <= 1 => 1,
             Slack::Runtime => {
-                let now = (self.wheel.elapsed() << TICK_SHIFT)
-                    .max(clock.saturating_sub(self.origin_clock));
+                let now = match now {
+                    Some(now) => self.wheel.nanos(now),
+                    None => (self.wheel.elapsed() << TICK_SHIFT)
+                        .max(clock.saturating_sub(self.origin_clock)),
+                };
                 let quarter = due.saturating_sub(now) >> SHORT_WAIT_SHIFT;
                 if quarter < self.slack {
                     // A power of two, so that short waits of similar lengths share windows.
@@ -132,6 +137,13 @@ impl Timers {
         };
     }
 
+    /// The instant of a reading `clock` of the worker's coarse clock, without reading the
+    /// clock again: at most the few tens of nanoseconds by which `origin_clock` was read
+    /// after the wheel's origin early, so a timer looked at with it fires no earlier.
+    pub(super) fn instant_at(&self, clock: u64) -> Instant {
+        self.wheel.at_nanos(clock.saturating_sub(self.origin_clock))
+    }
+
     /// The worker's coarse clock (`capture::clock_now`) at `now`, without reading it again.
     pub(super) fn clock_at(&self, now: Instant) -> u64 {
         self.origin_clock.wrapping_add(self.wheel.nanos(now))
@@ -145,16 +157,24 @@ pub(super) struct TimerEntry<'a> {
 }
 
 impl<'a> TimerEntry<'a> {
-    /// Arms a timer that wakes the task of `header` (parked in the caller's frame, which
-    /// holds the returned entry: invariant 3) at `deadline`, within `slack`.
-    pub(super) fn new(
+    /// Arms a timer that wakes the task of `header` at `deadline`, within `slack`; `now`, if
+    /// the caller read the clock, measures the wait (`Timers::expiry`).
+    ///
+    /// # Safety
+    ///
+    /// Invariant 3: `header` is the current task's, on `worker`, and it parks in the
+    /// caller's frame, which holds the returned entry until the park returns or unwinds and
+    /// then drops or closes it (never forgets it): the wheel dereferences `header` when the
+    /// timer fires.
+    pub(super) unsafe fn new(
         worker: &'a Worker,
         header: NonNull<Header>,
         deadline: Instant,
         slack: Slack,
+        now: Option<Instant>,
     ) -> TimerEntry<'a> {
         let mut timers = worker.timers.borrow_mut();
-        let expiry = timers.expiry(deadline, slack, worker.clock.get());
+        let expiry = timers.expiry(deadline, slack, now, worker.clock.get());
         let hint = timers.wheel.hint();
         let key = timers.wheel.insert(expiry, header);
         if timers.wheel.hint() != hint {
@@ -300,8 +320,24 @@ mod tests {
     fn expiry_after(timers: &Timers, wait: Duration, slack: Slack) -> Duration {
         let now = Instant::now();
         let clock = timers.clock_at(now);
-        let tick = timers.expiry(now + wait, slack, clock);
+        let tick = timers.expiry(now + wait, slack, None, clock);
         timers.wheel.instant_of(tick) - now
+    }
+
+    /// A short sleep after a busy stretch, when the worker's coarse clock lags by 2 ms: the
+    /// sleep's own clock read measures the wait, so its slack stays a quarter of it.
+    #[test]
+    fn a_wait_is_measured_from_the_callers_clock_read() {
+        let timers = Timers::new(Duration::from_millis(1));
+        let tick = Duration::from_nanos(super::super::wheel::TICK_NS);
+        std::thread::sleep(Duration::from_millis(3));
+        let now = Instant::now();
+        let stale = timers.clock_at(now - Duration::from_millis(2));
+        let wait = Duration::from_micros(200);
+        let tick_at = timers.expiry(now + wait, Slack::Runtime, Some(now), stale);
+        let at = timers.wheel.instant_of(tick_at) - now;
+        assert!(at >= wait, "fires early at {at:?}");
+        assert!(at <= wait + wait / 4 + tick, "late by {:?}", at - wait);
     }
 
     #[test]
@@ -338,7 +374,14 @@ mod tests {
         let clock = timers.clock_at(now);
         let base = now + Duration::from_secs(1);
         let ticks: std::collections::BTreeSet<u64> = (0..1000)
-            .map(|i| timers.expiry(base + Duration::from_micros(i * 3), Slack::Runtime, clock))
+            .map(|i| {
+                timers.expiry(
+                    base + Duration::from_micros(i * 3),
+                    Slack::Runtime,
+                    None,
+                    clock,
+                )
+            })
             .collect();
         // 3 ms of deadlines: three or four windows of 1 ms.
         assert!(ticks.len() <= 4, "{} distinct expiries", ticks.len());

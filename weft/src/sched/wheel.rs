@@ -206,7 +206,11 @@ impl<T: Copy> Wheel<T> {
 
     /// The instant at which `tick` starts.
     pub(super) fn instant_of(&self, tick: u64) -> Instant {
-        let nanos = tick.saturating_mul(TICK_NS);
+        self.at_nanos(tick.saturating_mul(TICK_NS))
+    }
+
+    /// The instant `nanos` after the origin.
+    pub(super) fn at_nanos(&self, nanos: u64) -> Instant {
         self.origin
             .checked_add(std::time::Duration::from_nanos(nanos))
             .unwrap_or_else(|| self.origin + std::time::Duration::from_secs(86_400 * 365 * 30))

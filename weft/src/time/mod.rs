@@ -91,8 +91,14 @@ fn sleep_for(duration: Duration, slack: Slack) {
     if duration.is_zero() {
         return;
     }
-    match Instant::now().checked_add(duration) {
-        Some(deadline) => while !park_until(deadline, slack) && Instant::now() < deadline {},
+    let now = Instant::now();
+    match now.checked_add(duration) {
+        Some(deadline) => {
+            if park_until(deadline, slack, now) {
+                return;
+            }
+            sleep_until_with(deadline, slack);
+        }
         None => loop {
             crate::sched::park_current(crate::park::ParkReason::Sleep);
         },
@@ -100,17 +106,25 @@ fn sleep_for(duration: Duration, slack: Slack) {
 }
 
 fn sleep_until_with(deadline: Instant, slack: Slack) {
-    while Instant::now() < deadline {
-        if park_until(deadline, slack) {
+    loop {
+        let now = Instant::now();
+        if now >= deadline || park_until(deadline, slack, now) {
             return;
         }
     }
 }
 
-/// Parks until `deadline`; true if the timer fired. On a plain thread too a park (not
-/// `std::thread::sleep`), so that a cancelled `Context` the thread is bound to ends the sleep.
-fn park_until(deadline: Instant, slack: Slack) -> bool {
-    crate::sched::park_current_until_timer(deadline, crate::park::ParkReason::Sleep, slack)
+/// Parks until `deadline`; true if the timer fired. `now` is the caller's clock read, from
+/// which the wait's length (a short one's slack) is measured. On a plain thread too a park
+/// (not `std::thread::sleep`), so that a cancelled `Context` the thread is bound to ends the
+/// sleep.
+fn park_until(deadline: Instant, slack: Slack, now: Instant) -> bool {
+    crate::sched::park_current_until_timer(
+        deadline,
+        crate::park::ParkReason::Sleep,
+        slack,
+        Some(now),
+    )
 }
 
 /// A receiver that yields the current time once, after `duration` — Go's `time.After`. Use it
