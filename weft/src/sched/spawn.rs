@@ -297,6 +297,8 @@ where
         // queue, one for the join handle, each taken once here.
         let (queued, joiner) = unsafe { (Task::adopt(header), Task::adopt(header)) };
         spawner.submit(queued);
-        Ok(JoinHandle::new(joiner))
+        // SAFETY: `joiner` is the handle's reference to a cell `allocate` made for `f`, whose
+        // result type is `T`.
+        Ok(unsafe { JoinHandle::new(joiner) })
     })
 }

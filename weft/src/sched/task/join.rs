@@ -281,8 +281,13 @@ pub struct JoinHandle<T> {
 
 #[cfg(not(loom))]
 impl<T: 'static> JoinHandle<T> {
-    /// The join handle of `task`, whose cell's result type is `T`.
-    pub(crate) fn new(task: Task) -> Self {
+    /// The join handle of `task`.
+    ///
+    /// # Safety
+    ///
+    /// `task`'s cell was allocated for a closure whose result type is `T` (`slot` reads the
+    /// cell's join slot as a `JoinSlot<T>`), and `task` is a reference the handle may own.
+    pub(crate) unsafe fn new(task: Task) -> Self {
         JoinHandle {
             task,
             _result: std::marker::PhantomData,
