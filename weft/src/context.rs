@@ -56,14 +56,14 @@
 //!    cancel takes the links under the same lock after its CAS, so a registration either is
 //!    seen by the cancel or sees the cancel (and fails at once). After the cancel no entry is
 //!    added, so a slab key removed later (`Scope::drop`, a child's drop) was never reused.
-//! 3. A bound task's scopes (sched/locals.rs `TaskLocals::scopes`) are pushed and popped by
+//! 3. A bound task's scopes (sched/task/locals.rs `TaskLocals::scopes`) are pushed and popped by
 //!    the task itself, in nesting order; its park unwinds with a `ScopeUnwind` naming the
-//!    outermost cancelled scope, which only that scope's `bind` catches (sched/locals.rs
+//!    outermost cancelled scope, which only that scope's `bind` catches (sched/task/locals.rs
 //!    invariant 2).
 //!
 //! May call: `chan`, `task`, `sched` (the task's storage, waiters). Called by: users; a park
 //! that sees the `SCOPE` interrupt bit, or a plain thread's park, asks each bound `Inner`
-//! whether it ended, as a `Scope` (sched/locals.rs).
+//! whether it ended, as a `Scope` (sched/task/locals.rs).
 //!
 //! Why unwinding rather than an error from each operation: weft's blocking calls already
 //! return their own error types, and tasks already unwind at a park when cancelled (at
@@ -188,7 +188,7 @@ impl Inner {
     }
 }
 
-/// What a park asks of a bound context (sched/locals.rs).
+/// What a park asks of a bound context (sched/task/locals.rs).
 impl locals::Scope for Inner {
     fn poll_deadline(&self) {
         Inner::poll_deadline(self);

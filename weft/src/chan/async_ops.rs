@@ -24,8 +24,8 @@
 //! 5. A timer channel (`time::after`, `tick`) has no sender to pass its probe over: a pending
 //!    receive on one asks `sched::wake_at` to wake it at the timer's next tick.
 //!
-//! May call: `chan::core`, `future` (a timer channel's wake). Called by: `chan` (the public
-//! futures).
+//! May call: `chan::core`, `sched::wake_at` (a timer channel's wake). Called by: `chan` (the
+//! public futures).
 //!
 //! Why a probe for receives: a value handed to a future that is then dropped unpolled would be
 //! lost, and async code drops futures routinely; the probe costs the woken receiver one more

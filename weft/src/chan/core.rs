@@ -62,7 +62,8 @@
 //!    send probe — completes it instead and goes on as if it were not there (no value moves);
 //!    a close completes it too. It never counts as a peer for readiness.
 //!
-//! May call: `park`. Called by: `chan` (Sender, Receiver, select!), `time` (after, tick).
+//! May call: `park` (reasons), `sched` (waiters, the current task, unparks). Called by: `chan`
+//! (Sender, Receiver, select!), `time` (after, tick).
 //!
 //! Why one mutex per channel rather than a lock-free ring: Go's channels are one lock too, the
 //! uncontended lock costs ≈ 2 atomic operations here, and every cross-thread step (queueing,

@@ -67,7 +67,8 @@
 //! randomized stress over every hand-off kind), `tests/chan_drops.rs`, `tests/cancel.rs` and
 //! the loom model `loom_chan::a_cancelled_receiver_keeps_or_leaves_the_value`.
 //!
-//! May call: `park`, `sched` (through `park`), `stack` (waitq.rs: a compacted entry's restore).
+//! May call: `park` (reasons), `sched` (parks, cancellation), `stack` (waitq.rs: a compacted
+//! entry's restore).
 //! Called by: users, `time` (after, tick).
 //!
 //! Why Go's semantics, including a rendezvous `bounded(0)`: programs ported from Go rely on

@@ -2,11 +2,12 @@
 //! scopes it is bound to — and how a park finds that one of those scopes was cancelled.
 //!
 //! Owns: [`TaskLocals`] — one per task that used a task-local or bound a context, reached from
-//! its header's `locals` pointer, touched only by the task itself, on its thread (task.rs
-//! invariant 1); on a plain OS thread the same storage is a thread-local — and the unwind a
-//! cancelled scope makes ([`ScopeUnwind`]). What a task-local is (`LocalKey`) is
-//! task/local.rs's, and what a scope is (`Context`) context.rs's: here a scope is the
-//! [`Scope`] it implements, so that a park can look at it without naming the context layer.
+//! its header's `locals` pointer, touched only by the task itself, on its thread
+//! (sched/task/mod.rs invariant 1); on a plain OS thread the same storage is a thread-local
+//! — and the unwind a cancelled scope makes ([`ScopeUnwind`]). What a task-local is
+//! (`LocalKey`) is task/local.rs's, and what a scope is (`Context`) context.rs's: here a
+//! scope is the [`Scope`] it implements, so that a park can look at it without naming the
+//! context layer.
 //!
 //! Invariants:
 //! 1. No borrow of the storage is held while user code runs (an initializer, a `Drop`): the
