@@ -285,14 +285,11 @@ where
             None => spawner.class_for(spawn_site),
         };
         let slot = spawner.take_slot(class)?;
-        let header = Header::new(
-            cell::vtable::<F, T>(),
-            name.map(Arc::from),
-            spawn_site,
-            class,
-            slot,
+        let name = name.map(Arc::from);
+        let header = cell::allocate(
+            |vtable| Header::new(vtable, name, spawn_site, class, slot),
+            f,
         );
-        let header = cell::allocate(header, f);
         // SAFETY: `allocate` made the cell with two references (`Header::new`): one for the
         // queue, one for the join handle, each taken once here.
         let (queued, joiner) = unsafe { (Task::adopt(header), Task::adopt(header)) };

@@ -178,23 +178,17 @@ pub(crate) fn drop_in_task<V>(value: V) {
     }
 }
 
-/// The vtable of the cells of closures `F` returning `T`, for their headers.
-pub(crate) fn vtable<F, T>() -> &'static CellVtable
+/// Allocates a task's cell around `body` and the header `header` makes from this cell
+/// type's vtable: the vtable is always the cell's own, so its operations match its type.
+pub(crate) fn allocate<F, T>(
+    header: impl FnOnce(&'static CellVtable) -> Header,
+    body: F,
+) -> NonNull<Header>
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    &Cell::<F, T>::VTABLE
-}
-
-/// Allocates a task's cell around `header` and `body`. The header's vtable is set to this
-/// cell type's here, whatever the caller put in it: the cell's operations must match its type.
-pub(crate) fn allocate<F, T>(mut header: Header, body: F) -> NonNull<Header>
-where
-    F: FnOnce() -> T + Send + 'static,
-    T: Send + 'static,
-{
-    header.vtable = vtable::<F, T>();
+    let header = header(&Cell::<F, T>::VTABLE);
     // The layout is not zero-sized: it holds a header.
     let memory = cell_cache::allocate(Layout::new::<Cell<F, T>>()).cast::<Cell<F, T>>();
     let cell = Cell {
