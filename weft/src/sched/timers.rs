@@ -242,10 +242,10 @@ impl Worker {
                 taken += 1;
             }
             if taken == 0 {
-                // The poll that found nothing more due set the wheel's hint.
+                // The poll that found nothing more due set the wheel's hint, exact: `due`
+                // is the next expiry.
                 timers.update_due();
-                let next = timers.wheel.next_expiry()?;
-                return Some(timers.wheel.instant_of(next));
+                return (!timers.is_empty()).then_some(timers.due);
             }
             // An unpark queues the task on this worker (or wakes the thread it blocks): it
             // touches no timer, but the borrow is let go around it all the same.
