@@ -182,3 +182,55 @@ fn timers_within_the_slack_share_a_wake_of_their_worker() {
         "the worker slept {switches} times for 200 timers over 10 ms"
     );
 }
+
+/// A task whose timer fires on a busy worker runs next (Go's `runnext`), not behind every
+/// task already queued: on one worker with 400 tasks that keep yielding, it waits for the
+/// worker's next look at its timers (every 61 picks) and then one pick, where the back of
+/// the ready queue would be 400 picks further.
+#[test]
+fn a_timer_woken_task_runs_before_the_ready_queue() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    const YIELDERS: u64 = 400;
+    let rt = weft::Runtime::builder().workers(1).build().unwrap();
+    let picks_late = rt.block_on(|| {
+        let picks = Arc::new(AtomicU64::new(0));
+        // The pick count when a yielder first saw the deadline passed.
+        let at_deadline = Arc::new(AtomicU64::new(u64::MAX));
+        let done = Arc::new(AtomicBool::new(false));
+        let deadline = Instant::now() + Duration::from_millis(30);
+        let ticker = {
+            let picks = picks.clone();
+            let done = done.clone();
+            weft::spawn(move || {
+                weft::time::sleep_until_precise(deadline);
+                let woke = picks.load(Ordering::Relaxed);
+                done.store(true, Ordering::Relaxed);
+                woke
+            })
+        };
+        let yielders: Vec<_> = (0..YIELDERS)
+            .map(|_| {
+                let (picks, at_deadline, done) = (picks.clone(), at_deadline.clone(), done.clone());
+                weft::spawn(move || {
+                    while !done.load(Ordering::Relaxed) {
+                        let n = picks.fetch_add(1, Ordering::Relaxed);
+                        if Instant::now() >= deadline {
+                            at_deadline.fetch_min(n, Ordering::Relaxed);
+                        }
+                        weft::task::yield_now();
+                    }
+                })
+            })
+            .collect();
+        let woke = ticker.join().unwrap();
+        for y in yielders {
+            y.join().unwrap();
+        }
+        woke.saturating_sub(at_deadline.load(Ordering::Relaxed))
+    });
+    assert!(
+        picks_late < YIELDERS / 2,
+        "the timer-woken task ran {picks_late} picks after its deadline"
+    );
+}

@@ -9,12 +9,13 @@
 //! Invariants:
 //! 1. Only never-started tasks are stolen (sched/mod.rs invariant 1): from a deque, the
 //!    injector, or a `Remote`'s placed tasks; a woken task is queued on its home worker.
-//! 2. A task woken by the running one runs next (`push_ready_from`), except at every
-//!    [`RUN_NEXT_TURNS`]-th pick, when the queues, timers, I/O and injector go first.
+//! 2. A task woken by the running one or by its worker's timers runs next
+//!    (`push_ready_from`), except at every [`RUN_NEXT_TURNS`]-th pick, when the queues,
+//!    timers, I/O and injector go first.
 //!
 //! May call: the worker's queues, `Remote`, `stack` (prefetches of a parked stack), the
 //! seam's trace events, dump.rs (a request found between tasks). Called by: worker.rs (the
-//! loop, `idle`), task/mod.rs (a wake: `schedule_woken`).
+//! loop, `idle`), task/mod.rs (a wake, a fired timer's among them: `schedule_woken_by`).
 //!
 //! Why: started tasks are never stolen (sched/mod.rs says why); the measurements behind
 //! `run_next`, the prefetch pipeline and the lasting-load rules are in the functions' docs.
@@ -72,9 +73,19 @@ pub(super) fn prefetch_header(header: NonNull<Header>) {
     }
 }
 
-/// Queues a woken task on its home worker (sched/mod.rs invariant 1).
+/// Who woke a task, for where it queues on its worker (invariant 2).
+#[derive(Clone, Copy)]
+pub(super) enum WokenBy {
+    /// Whatever runs: a task, a thread, the reactor.
+    Task,
+    /// The worker's own timers.
+    Timer,
+}
+
+/// Queues a woken task on its home worker (sched/mod.rs invariant 1); on its own worker,
+/// one woken by the running task or by a timer runs next.
 #[inline]
-pub(crate) fn schedule_woken(task: Task) {
+pub(super) fn schedule_woken_by(task: Task, by: WokenBy) {
     let home = task
         .header()
         .home()
@@ -86,7 +97,7 @@ pub(crate) fn schedule_woken(task: Task) {
         worker.remote.counters.woke();
         // Compared by address: no reference count is touched on this, the ping-pong path.
         if Arc::ptr_eq(&worker.remote, home) {
-            worker.push_ready_from(task);
+            worker.push_ready_from(task, by);
             return;
         }
     } else {
@@ -117,11 +128,15 @@ impl Worker {
     /// Queues a task woken on this worker. One woken by the running task goes to `run_next`:
     /// the running task is usually about to park (a send handing over to a waiting receiver,
     /// then a receive), and the woken one then runs at once without a trip through the ready
-    /// queue — a rendezvous ping-pong's every half trip. Whatever held `run_next` goes to the
-    /// back of the ready queue.
+    /// queue — a rendezvous ping-pong's every half trip. So does one whose timer fired, as
+    /// Go's timers ready a goroutine into `runnext`: it is already late by the time since
+    /// the wheel's last look (up to `INJECTOR_INTERVAL` picks on a busy worker) and would
+    /// otherwise wait behind the whole ready queue too — a 5 ms ticker among a thousand
+    /// tasks woken by their sockets. Whatever held `run_next` goes to the back of the ready
+    /// queue, so of a batch of timers the last runs first and the rest in their order.
     #[inline]
-    fn push_ready_from(&self, task: Task) {
-        if self.current.get().is_some() {
+    fn push_ready_from(&self, task: Task, by: WokenBy) {
+        if matches!(by, WokenBy::Timer) || self.current.get().is_some() {
             if let Some(previous) = self.run_next.replace(Some(task)) {
                 self.ready.borrow_mut().push_back(previous);
             }

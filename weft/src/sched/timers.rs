@@ -39,7 +39,8 @@ use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
 use super::queue::prefetch_header;
-use super::task::{unpark_ptr, Header};
+use super::queue::WokenBy;
+use super::task::{unpark_ptr_by, Header};
 use super::wheel::{Wheel, TICK_SHIFT};
 use super::worker::Worker;
 
@@ -253,7 +254,7 @@ impl Worker {
             for header in batch[..taken].iter().flatten() {
                 // SAFETY: invariant 3: the task is alive while its entry is in the wheel,
                 // and it was until this poll took it out, on this thread, just now.
-                unsafe { unpark_ptr(*header) };
+                unsafe { unpark_ptr_by(*header, WokenBy::Timer) };
             }
             timers = self.timers.borrow_mut();
         }

@@ -39,7 +39,7 @@
 //!    `Arc`'s orderings.
 //!
 //! May call: `stack`, `park`, the worker (a wake queues the task on its home worker,
-//! `queue.rs` `schedule_woken`; a spawn hands the task to a `Spawner`). Called by: the rest
+//! `queue.rs` `schedule_woken_by`; a spawn hands the task to a `Spawner`). Called by: the rest
 //! of `sched`; `task` (spawning, and its re-exports for everything above).
 //!
 //! Why here and not in `task/`: a wake schedules the task on its worker, and the worker
@@ -58,6 +58,7 @@ use std::sync::Arc;
 use corosensei::{Coroutine, Yielder};
 
 use super::park::Waiter;
+use super::queue::WokenBy;
 use super::runtime::Remote;
 use crate::observe::capture::Capture;
 use crate::observe::TaskView;
@@ -542,11 +543,21 @@ impl Task {
 #[inline]
 pub(crate) unsafe fn unpark_ptr(ptr: NonNull<Header>) {
     // SAFETY: the caller's contract.
+    unsafe { unpark_ptr_by(ptr, WokenBy::Task) }
+}
+
+/// [`unpark_ptr`], saying who wakes (queue.rs invariant 2).
+///
+/// # Safety
+/// As `unpark_ptr`.
+#[inline]
+pub(in crate::sched) unsafe fn unpark_ptr_by(ptr: NonNull<Header>, by: WokenBy) {
+    // SAFETY: the caller's contract.
     let header = unsafe { ptr.as_ref() };
     match header.park.unpark() {
         Unpark::Nothing => {}
         // SAFETY: this unpark saw PARKED, so it owns the parked reference (invariant 4).
-        Unpark::Schedule => super::queue::schedule_woken(unsafe { Task::from_parked(ptr) }),
+        Unpark::Schedule => super::queue::schedule_woken_by(unsafe { Task::from_parked(ptr) }, by),
         Unpark::WakeThread => super::park::wake_blocked(header),
     }
 }
