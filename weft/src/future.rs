@@ -222,10 +222,7 @@ pub(crate) fn run<F: Future + ?Sized>(
 fn park(deadline: Option<Instant>, reason: ParkReason) {
     #[cfg(feature = "tokio")]
     let _entered = crate::sched::tokio_context::Suspended::leave();
-    match deadline {
-        Some(deadline) => crate::sched::park_current_until(deadline, reason),
-        None => crate::sched::park_current(reason),
-    }
+    crate::sched::park_current_on_future(deadline, reason);
 }
 
 /// Polls `future`, turning tokio's "no reactor running" panic into one that says what to do.

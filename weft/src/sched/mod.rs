@@ -99,7 +99,8 @@ pub(crate) use park::{cancellation_as_error, caught_cancellation};
 pub(crate) use park::{park_current, Waiter};
 #[cfg(not(loom))]
 pub(crate) use park::{
-    park_current_cancellable, park_current_until, park_current_until_timer, unwind_if_cancelled,
+    park_current_cancellable, park_current_on_future, park_current_until, park_current_until_timer,
+    unwind_if_cancelled,
 };
 #[cfg(not(loom))]
 pub(crate) use pool_slot::PoolSlot;

@@ -27,8 +27,9 @@
 //!
 //! May call: the current worker (worker.rs), the switch (`stack::switch_out`), timers.rs (a
 //! deadline's entry), dump.rs (a capture asked for at a resume), task/locals.rs (a bound
-//! context's cancellation). Called by: `task` (join, park, yield), `sync`, `chan`, `time`,
-//! `net`, `context`, `interpose`, and the reactor and blocking pool here.
+//! context's cancellation), runtime.rs (the worker's count of waits on futures). Called by:
+//! `task` (join, park, yield), `sync`, `chan`, `time`, `net`, `context`, `interpose`,
+//! `future`, and the reactor and blocking pool here.
 //!
 //! Why here and not in park/: only the worker can switch a task out, and a park reads the
 //! worker's clock, timers and shutdown flag; park/ keeps the protocol a park and its unpark
@@ -39,6 +40,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::dump::answer_captures;
+use super::runtime::Remote;
 use super::task::{interrupt, locals, Cancelled, Header, Suspend, Task};
 use super::timers::{Slack, TimerEntry};
 use super::worker::{current_header, current_task, current_worker, Worker};
@@ -87,6 +89,31 @@ impl Waiter {
 pub(crate) fn park_current(reason: ParkReason) {
     if !park_current_task(reason) {
         park_thread(None);
+    }
+}
+
+/// Parks the caller like [`park_current`] (until `deadline`, if any) while a future it polls
+/// is pending (`future::block_on` and the tokio bridge). Meanwhile a task counts among its
+/// worker's `futures_waiting`, so that the worker does not spin when it idles (worker.rs,
+/// `idle`): such a wake comes from another thread's reactor, which needs the CPU a spin
+/// would take.
+pub(crate) fn park_current_on_future(deadline: Option<Instant>, reason: ParkReason) {
+    /// Counts the wait while it lasts, an unwinding park included.
+    struct Waiting<'a>(&'a Remote);
+    impl Drop for Waiting<'_> {
+        fn drop(&mut self) {
+            self.0.futures_waiting.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+    // The home of a running task: its worker's, for the task's whole life (sched/mod.rs
+    // invariant 1), which the park's return or unwind is part of.
+    let _waiting = current_header().and_then(Header::home).map(|home| {
+        home.futures_waiting.fetch_add(1, Ordering::Relaxed);
+        Waiting(home)
+    });
+    match deadline {
+        Some(deadline) => park_current_until(deadline, reason),
+        None => park_current(reason),
     }
 }
 
@@ -476,4 +503,45 @@ pub(crate) fn wake_blocked(header: &Header) {
         .get()
         .expect("weft: a worker's thread is recorded before its tasks run")
         .unpark();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::worker::current_worker;
+    use std::sync::atomic::Ordering;
+
+    fn futures_waiting() -> usize {
+        current_worker()
+            .expect("in a task")
+            .remote
+            .futures_waiting
+            .load(Ordering::Relaxed)
+    }
+
+    /// A task parked in `future::block_on` counts on its worker while it waits, and no longer
+    /// once it is woken or cancelled (the unwinding park).
+    #[test]
+    fn a_wait_on_a_future_is_counted_while_it_lasts() {
+        let rt = crate::Runtime::builder().workers(1).build().unwrap();
+        rt.block_on(|| {
+            assert_eq!(futures_waiting(), 0);
+            let (tx, rx) = crate::chan::bounded::<u32>(1);
+            let waiter = crate::spawn(move || crate::future::block_on(rx.recv_async()));
+            let (_keep, rx2) = crate::chan::bounded::<u32>(1);
+            let cancelled = crate::spawn(move || crate::future::block_on(rx2.recv_async()));
+            for _ in 0..1000 {
+                if futures_waiting() == 2 {
+                    break;
+                }
+                crate::task::yield_now();
+            }
+            assert_eq!(futures_waiting(), 2);
+            tx.send(7).unwrap();
+            assert_eq!(waiter.join().unwrap(), Ok(7));
+            assert_eq!(futures_waiting(), 1);
+            cancelled.cancel();
+            assert!(cancelled.join().is_err());
+            assert_eq!(futures_waiting(), 0);
+        });
+    }
 }

@@ -106,6 +106,10 @@ pub(crate) struct Remote {
     /// Started, unfinished tasks living on this worker (its live list's length), written by
     /// the worker only, Relaxed: spawners read it to place new tasks (spawn.rs, `Spawner`).
     pub(crate) live: AtomicUsize,
+    /// Tasks of this worker parked while a future they poll is pending (park.rs,
+    /// `park_current_on_future`): their wakes come from another thread's reactor, so the
+    /// worker does not spin when it idles (worker.rs, `idle`). Relaxed: a hint.
+    pub(crate) futures_waiting: AtomicUsize,
     /// Set by the monitor while this worker is stuck in one task, cleared when it moves on:
     /// a thief with more live tasks steals this worker's new tasks only then (queue.rs,
     /// `defers_to`).
@@ -530,6 +534,7 @@ impl RuntimeBuilder {
                     running_name: Mutex::new(None),
                     tid: std::sync::atomic::AtomicI32::new(0),
                     live: AtomicUsize::new(0),
+                    futures_waiting: AtomicUsize::new(0),
                     stuck: AtomicBool::new(false),
                     dump_requests: Mutex::new(Vec::new()),
                     dump_pending: AtomicBool::new(false),
