@@ -136,7 +136,9 @@ impl Worker {
     /// queue, so of a batch of timers the last runs first and the rest in their order.
     #[inline]
     fn push_ready_from(&self, task: Task, by: WokenBy) {
-        if matches!(by, WokenBy::Timer) || self.current.get().is_some() {
+        let by_timer = matches!(by, WokenBy::Timer);
+        if by_timer || self.current.get().is_some() {
+            self.run_next_by_timer.set(by_timer);
             if let Some(previous) = self.run_next.replace(Some(task)) {
                 self.ready.borrow_mut().push_back(previous);
             }
@@ -166,7 +168,13 @@ impl Worker {
             if !tick.is_multiple_of(RUN_NEXT_TURNS) && !tick.is_multiple_of(INJECTOR_INTERVAL) {
                 return Some(task);
             }
-            self.ready.borrow_mut().push_back(task);
+            // One a timer put there is no pair that keeps waking each other: it keeps its
+            // place at the head.
+            if self.run_next_by_timer.get() {
+                self.ready.borrow_mut().push_front(task);
+            } else {
+                self.ready.borrow_mut().push_back(task);
+            }
         }
         self.next_task_from_queues(tick)
     }

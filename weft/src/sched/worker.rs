@@ -177,6 +177,8 @@ pub(crate) struct Worker {
     pub(super) ready: RefCell<VecDeque<Task>>,
     /// The task the running task woke last, run next (Go's `runnext`); see `push_ready_from`.
     pub(super) run_next: Cell<Option<Task>>,
+    /// `run_next` was filled by a fired timer (queue.rs, `next_task`).
+    pub(super) run_next_by_timer: Cell<bool>,
     pub(super) slots: RefCell<LocalSlots>,
     /// Parked tasks whose stacks are to be reclaimed or compacted (stack/compact.rs).
     pub(super) stacks: RefCell<stack::ParkedStacks>,
@@ -227,6 +229,7 @@ impl Worker {
             new_tasks,
             ready: RefCell::new(VecDeque::new()),
             run_next: Cell::new(None),
+            run_next_by_timer: Cell::new(false),
             slots: RefCell::new(LocalSlots::default()),
             stacks: RefCell::new(stack::ParkedStacks::new(policy)),
             prefill: RefCell::new(PrefillDepths::default()),
