@@ -261,6 +261,35 @@ fn tokio_missing(payload: &(dyn std::any::Any + Send)) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+
+    /// A task parked in `block_on` counts on its worker while it waits (the worker does not
+    /// spin then: sched/park.rs `park_current_on_future`), and no longer once it is woken or
+    /// cancelled (the unwinding park).
+    #[test]
+    fn a_wait_on_a_future_is_counted_while_it_lasts() {
+        use crate::sched::futures_waiting_here;
+        let rt = crate::Runtime::builder().workers(1).build().unwrap();
+        rt.block_on(|| {
+            assert_eq!(futures_waiting_here(), 0);
+            let (tx, rx) = crate::chan::bounded::<u32>(1);
+            let waiter = crate::spawn(move || block_on(rx.recv_async()));
+            let (_keep, rx2) = crate::chan::bounded::<u32>(1);
+            let cancelled = crate::spawn(move || block_on(rx2.recv_async()));
+            for _ in 0..1000 {
+                if futures_waiting_here() == 2 {
+                    break;
+                }
+                crate::task::yield_now();
+            }
+            assert_eq!(futures_waiting_here(), 2);
+            tx.send(7).unwrap();
+            assert_eq!(waiter.join().unwrap(), Ok(7));
+            assert_eq!(futures_waiting_here(), 1);
+            cancelled.cancel();
+            assert!(cancelled.join().is_err());
+            assert_eq!(futures_waiting_here(), 0);
+        });
+    }
     use super::*;
 
     #[test]

@@ -90,6 +90,8 @@ mod wheel;
 #[cfg(not(loom))]
 mod worker;
 
+#[cfg(all(test, not(loom)))]
+pub(crate) use park::futures_waiting_here;
 #[cfg(not(loom))]
 pub(crate) use park::suspend_current;
 #[cfg(all(not(loom), feature = "interpose"))]

@@ -117,6 +117,16 @@ pub(crate) fn park_current_on_future(deadline: Option<Instant>, reason: ParkReas
     }
 }
 
+/// The running task's worker's count of waits on futures (`park_current_on_future`).
+#[cfg(test)]
+pub(crate) fn futures_waiting_here() -> usize {
+    current_worker()
+        .expect("in a task")
+        .remote
+        .futures_waiting
+        .load(Ordering::Relaxed)
+}
+
 /// A plain thread's park: like a task's, it is where a cancelled `Context` the thread is
 /// bound to unwinds it (locals.rs), before it parks (invariant 3).
 #[cold]
@@ -503,45 +513,4 @@ pub(crate) fn wake_blocked(header: &Header) {
         .get()
         .expect("weft: a worker's thread is recorded before its tasks run")
         .unpark();
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::worker::current_worker;
-    use std::sync::atomic::Ordering;
-
-    fn futures_waiting() -> usize {
-        current_worker()
-            .expect("in a task")
-            .remote
-            .futures_waiting
-            .load(Ordering::Relaxed)
-    }
-
-    /// A task parked in `future::block_on` counts on its worker while it waits, and no longer
-    /// once it is woken or cancelled (the unwinding park).
-    #[test]
-    fn a_wait_on_a_future_is_counted_while_it_lasts() {
-        let rt = crate::Runtime::builder().workers(1).build().unwrap();
-        rt.block_on(|| {
-            assert_eq!(futures_waiting(), 0);
-            let (tx, rx) = crate::chan::bounded::<u32>(1);
-            let waiter = crate::spawn(move || crate::future::block_on(rx.recv_async()));
-            let (_keep, rx2) = crate::chan::bounded::<u32>(1);
-            let cancelled = crate::spawn(move || crate::future::block_on(rx2.recv_async()));
-            for _ in 0..1000 {
-                if futures_waiting() == 2 {
-                    break;
-                }
-                crate::task::yield_now();
-            }
-            assert_eq!(futures_waiting(), 2);
-            tx.send(7).unwrap();
-            assert_eq!(waiter.join().unwrap(), Ok(7));
-            assert_eq!(futures_waiting(), 1);
-            cancelled.cancel();
-            assert!(cancelled.join().is_err());
-            assert_eq!(futures_waiting(), 0);
-        });
-    }
 }
