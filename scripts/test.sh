@@ -36,6 +36,8 @@ cargo test -p weft --features log --test monitor_log
 # load. They install and start a PostgreSQL server through scripts/install-postgres.sh and
 # scripts/postgres-server.sh, and print "skipped: <reason>" where it cannot be had.
 cargo test --release -p weft-async-tests
+# Again with a tokio runtime on each weft worker (RuntimeBuilder::tokio_on_workers).
+WEFT_TOKIO_ON_WORKERS=1 cargo test --release -p weft-async-tests
 
 LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test -p weft --lib --release loom

@@ -44,6 +44,7 @@ const PAYLOAD: usize = 32;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Who {
     Weft,
+    WeftLocal,
     WeftSpawn,
     Tokio,
     Thread,
@@ -53,6 +54,7 @@ impl Who {
     fn name(self) -> &'static str {
         match self {
             Who::Weft => "weft",
+            Who::WeftLocal => "weft-local",
             Who::WeftSpawn => "weft-spawn",
             Who::Tokio => "tokio",
             Who::Thread => "thread",
@@ -164,11 +166,13 @@ async fn connect(addr: &str) -> tokio::net::TcpStream {
     s
 }
 
-/// weft on 2 workers, its tokio runtime on `tokio_threads`.
-fn weft_runtime(tokio_threads: usize) -> Result<weft::Runtime, String> {
+/// weft on 2 workers, its tokio runtime on `tokio_threads`, or one on each worker
+/// (`weft-local`: `RuntimeBuilder::tokio_on_workers`).
+fn weft_runtime(who: Who, tokio_threads: usize) -> Result<weft::Runtime, String> {
     weft::Runtime::builder()
         .workers(2)
         .tokio_threads(tokio_threads)
+        .tokio_on_workers(who == Who::WeftLocal)
         .build()
         .map_err(|e| format!("weft runtime: {e}"))
 }
@@ -208,8 +212,8 @@ pub fn peer(a: PeerArgs) -> Result<Value, String> {
     let lats: Vec<Vec<f64>>;
     let (cpu, wall);
     match a.who {
-        Who::Weft | Who::WeftSpawn => {
-            let rt = weft_runtime(a.tokio_threads)?;
+        Who::Weft | Who::WeftLocal | Who::WeftSpawn => {
+            let rt = weft_runtime(a.who, a.tokio_threads)?;
             let spawn = a.who == Who::WeftSpawn;
             let handles: Vec<_> = (0..units)
                 .map(|_| {
@@ -318,8 +322,8 @@ fn sleepers(who: Who, n: usize) -> Result<Value, String> {
         sleep.await;
     };
     let figures = match who {
-        Who::Weft | Who::WeftSpawn => {
-            let rt = weft_runtime(2)?;
+        Who::Weft | Who::WeftLocal | Who::WeftSpawn => {
+            let rt = weft_runtime(who, 2)?;
             // The tokio runtime starts at its first use: before the baseline.
             rt.block_on(|| weft::tokio::block_on(async {}));
             let figures = measure_parked(n, &parked, || {
@@ -387,8 +391,14 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
     let seconds = ctx.size.pick(2.0, 1.0, 0.3);
     let units = ctx.size.pick(UNITS, UNITS, 8);
     let sleepers_n = ctx.size.pick(SLEEPERS, SLEEPERS, 500);
-    let peers = [Who::Weft, Who::WeftSpawn, Who::Tokio, Who::Thread];
-    let pb = runner::bar(ctx, "bridge", (2 * peers.len() + 2) * (ctx.runs + 1));
+    let peers = [
+        Who::Weft,
+        Who::WeftLocal,
+        Who::WeftSpawn,
+        Who::Tokio,
+        Who::Thread,
+    ];
+    let pb = runner::bar(ctx, "bridge", (2 * peers.len() + 3) * (ctx.runs + 1));
     let server = crate::cli::echo::Server::start(&Cmd::me(&args![
         "echo-server",
         "--runtime",
@@ -442,7 +452,7 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
             row.push(o.ratio_cell(&tokio, "p99_us"));
             rows.push(row);
         }
-        for who in ["weft", "weft-spawn"] {
+        for who in ["weft", "weft-local", "weft-spawn"] {
             if let Some(o) = outs.iter().find(|o| o.peer == who) {
                 let d = difference(o, &tokio, "cpu_ns_per_request");
                 overhead.push(format!(
@@ -456,7 +466,7 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
         }
     }
     drop(server);
-    let mem_programs = [Who::Weft, Who::Tokio]
+    let mem_programs = [Who::Weft, Who::WeftLocal, Who::Tokio]
         .iter()
         .map(|&who| {
             let a = args![
@@ -479,14 +489,15 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
         .map(|o| {
             let mut row = vec![o.peer.to_string()];
             row.extend(o.cells(["bytes_per_unit_parked", "bytes_per_unit_settled"]));
-            row.push(o.ratio_cell(&mem[1], "bytes_per_unit_settled"));
+            row.push(o.ratio_cell(&mem[2], "bytes_per_unit_settled"));
             row
         })
         .collect();
     let intro = format!(
         "{units} units, each making requests back to back for {seconds} s after a 0.3 s \
          warm-up; each peer in its own process, a tokio echo server in another. `weft`: weft \
-         tasks through `weft::tokio::block_on`; `weft-spawn`: through \
+         tasks through `weft::tokio::block_on`; `weft-local`: the same with a tokio runtime \
+         on each weft worker (`RuntimeBuilder::tokio_on_workers`); `weft-spawn`: through \
          `weft::tokio::spawn_future`; `tokio`: tokio tasks (2 workers); `thread`: a thread per \
          unit with `Handle::block_on`. weft runs 2 workers and its tokio runtime 2 threads. CPU \
          per request: the process's user + system time over the window ÷ requests.\n\n"

@@ -98,6 +98,12 @@ impl Epoll {
         Ok(Epoll { fd, notifier })
     }
 
+    /// The epoll instance's descriptor, owned by `self`.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
+
     /// Wakes the worker's current or next wait (invariant 1); any thread.
     pub(crate) fn notify(&self) {
         let one: u64 = 1;

@@ -511,6 +511,19 @@ impl Reactor {
         self.epoll.notify();
     }
 
+    /// The worker's poller, for a tokio reactor to watch (sched/tokio_local.rs).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn poller_fd(&self) -> std::os::fd::RawFd {
+        self.epoll.raw_fd()
+    }
+
+    /// Adds `fd` (a timer) to the worker's poller as a notify: its readiness ends a wait and
+    /// wakes no task (sched/tokio_local.rs). Closing `fd` removes it.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn add_notifier(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        self.epoll.add(fd, super::epoll::NOTIFY_KEY, [true, false])
+    }
+
     fn lock(&self) -> MutexGuard<'_, Slab> {
         self.slab.lock().unwrap_or_else(|e| e.into_inner())
     }

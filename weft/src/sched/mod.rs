@@ -83,6 +83,8 @@ mod timers;
 pub(crate) mod tokio_bridge;
 #[cfg(all(not(loom), feature = "tokio"))]
 pub(crate) mod tokio_context;
+#[cfg(all(not(loom), feature = "tokio"))]
+mod tokio_local;
 #[cfg(not(loom))]
 pub(crate) mod wake_at;
 #[cfg(not(loom))]
@@ -113,7 +115,7 @@ pub(crate) use task::{interrupt, locals, unpark_ptr, Header, Suspend};
 #[cfg(not(loom))]
 pub(crate) use timers::Slack;
 #[cfg(all(not(loom), feature = "tokio"))]
-pub(crate) use worker::current_tokio_bridge;
+pub(crate) use worker::current_tokio_handle;
 #[cfg(not(loom))]
 pub(crate) use worker::{current_compute_slot, current_task, current_task_ptr, current_worker_of};
 

@@ -136,6 +136,18 @@ fn park_thread(deadline: Option<std::time::Instant>) {
 }
 
 fn park_thread_now(deadline: Option<std::time::Instant>) {
+    // A worker's thread outside its tasks runs async code only: what its own tokio runtime
+    // runs (sched/tokio_local.rs). Parking there would stop every task of the worker, the
+    // one that would wake it perhaps among them.
+    #[cfg(feature = "tokio")]
+    if current_worker().is_some_and(Worker::drives_tokio) {
+        panic!(
+            "weft: a blocking wait in async code that a weft worker's tokio runtime runs \
+             (RuntimeBuilder::tokio_on_workers): it would stop the worker's tasks; use the \
+             async form (recv_async, send_async, a JoinHandle's .await) or \
+             weft::tokio::spawn_future"
+        );
+    }
     match deadline {
         Some(deadline) => {
             std::thread::park_timeout(deadline.saturating_duration_since(std::time::Instant::now()))

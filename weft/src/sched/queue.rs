@@ -194,6 +194,7 @@ impl Worker {
                 self.fire_timers_at(now);
             }
             self.poll_io();
+            self.turn_tokio();
             if let Some(task) = self.steal_from_injector() {
                 return Some(task);
             }

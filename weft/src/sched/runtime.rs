@@ -471,6 +471,21 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Gives each worker a current-thread tokio runtime of its own, which the worker drives
+    /// when it sleeps and now and then while busy, instead of one multi-thread runtime on
+    /// tokio's own threads (feature `tokio`; unused with [`tokio_handle`](Self::tokio_handle)).
+    /// The futures a task polls through `weft::tokio::block_on` are then woken on the task's
+    /// own worker, without a wake crossing threads (docs/async.md has the figures). What a
+    /// future creates there (a socket, a timer, a task it spawns, such as a connection pool's
+    /// connection) belongs to that worker's runtime: used from a task of another worker it
+    /// works, but is woken across threads, and waits while its worker runs a task that does
+    /// not park. Default: off, or on where the environment has `WEFT_TOKIO_ON_WORKERS=1`.
+    #[cfg(feature = "tokio")]
+    pub fn tokio_on_workers(mut self, on: bool) -> Self {
+        self.tokio.on_workers = Some(on);
+        self
+    }
+
     /// Starts the workers.
     ///
     /// # Errors

@@ -1,6 +1,7 @@
 //! Which tokio runtime a weft runtime's tasks use: one handed over
 //! (`RuntimeBuilder::tokio_handle`), or a multi-thread runtime weft starts at the first use and
-//! shuts down with the weft runtime.
+//! shuts down with the weft runtime, or (`RuntimeBuilder::tokio_on_workers`) each worker's own
+//! (sched/tokio_local.rs).
 //!
 //! Owns: [`TokioConfig`] (the builder's settings) and `Bridge` (in the weft runtime's shared
 //! state, so every task of it finds it), and the process's fallback bridge for plain threads.
@@ -28,6 +29,7 @@ use ::tokio::runtime::Handle;
 pub(crate) struct TokioConfig {
     pub(crate) handle: Option<Handle>,
     pub(crate) threads: Option<usize>,
+    pub(crate) on_workers: Option<bool>,
 }
 
 impl std::fmt::Debug for TokioConfig {
@@ -35,6 +37,7 @@ impl std::fmt::Debug for TokioConfig {
         f.debug_struct("TokioConfig")
             .field("handle", &self.handle.as_ref().map(|_| "handed over"))
             .field("threads", &self.threads)
+            .field("on_workers", &self.on_workers)
             .finish()
     }
 }
@@ -42,6 +45,9 @@ impl std::fmt::Debug for TokioConfig {
 /// A weft runtime's way to tokio.
 pub(crate) struct Bridge {
     threads: Option<usize>,
+    /// Tasks use their worker's own runtime (sched/tokio_local.rs); never with a handle
+    /// handed over.
+    on_workers: bool,
     handle: OnceLock<Handle>,
     /// The runtime this bridge started, if it did (invariant 2).
     owned: OnceLock<Owned>,
@@ -61,14 +67,24 @@ impl Drop for Owned {
 impl Bridge {
     pub(crate) fn new(config: TokioConfig) -> Bridge {
         let handle = OnceLock::new();
+        let on_workers = config.handle.is_none()
+            && config.on_workers.unwrap_or_else(|| {
+                std::env::var_os("WEFT_TOKIO_ON_WORKERS").is_some_and(|v| v == "1")
+            });
         if let Some(given) = config.handle {
             let _ = handle.set(given);
         }
         Bridge {
             threads: config.threads,
+            on_workers,
             handle,
             owned: OnceLock::new(),
         }
+    }
+
+    /// Whether tasks use their worker's own runtime instead of [`handle`](Self::handle)'s.
+    pub(crate) fn on_workers(&self) -> bool {
+        self.on_workers
     }
 
     /// The handle the bridge's tasks use; starts weft's own runtime on the first call when

@@ -148,9 +148,18 @@ pub(crate) fn current_compute_slot<'a>() -> Option<&'a super::pool_slot::PoolSlo
 /// plain thread. Borrowed like `current_compute_slot`: the worker holds its runtime's state
 /// for as long as any of its tasks can run.
 #[cfg(feature = "tokio")]
-pub(crate) fn current_tokio_bridge<'a>() -> Option<&'a super::tokio_bridge::Bridge> {
+pub(crate) fn current_tokio_handle<'a>() -> Option<&'a ::tokio::runtime::Handle> {
     current_header()?;
-    Some(&current_worker()?.shared.tokio)
+    let worker = current_worker()?;
+    let bridge = &worker.shared.tokio;
+    if !bridge.on_workers() {
+        return Some(bridge.handle());
+    }
+    let local = worker.tokio_local.get_or_init(|| {
+        super::tokio_local::LocalTokio::new(&worker.remote)
+            .unwrap_or_else(|e| panic!("weft: cannot start the worker's tokio runtime: {e}"))
+    });
+    Some(local.handle())
 }
 
 /// True if this thread is a worker of the runtime behind `shared`.
@@ -212,6 +221,10 @@ pub(crate) struct Worker {
     pub(super) tracing: Cell<bool>,
     /// Which live tasks have their stack depth sampled (stats.rs).
     sampler: Sampler,
+    /// The worker's own tokio runtime, started by its tasks' first use of it
+    /// (sched/tokio_local.rs).
+    #[cfg(feature = "tokio")]
+    pub(super) tokio_local: std::cell::OnceCell<super::tokio_local::LocalTokio>,
 }
 
 impl Worker {
@@ -244,6 +257,8 @@ impl Worker {
             clock: Cell::new(clock_now()),
             tracing: Cell::new(trace::on()),
             sampler: Sampler::default(),
+            #[cfg(feature = "tokio")]
+            tokio_local: std::cell::OnceCell::new(),
         }
     }
 
@@ -351,7 +366,7 @@ impl Worker {
     /// while another spawns and joins stays awake, so the spawner's wakes find nobody asleep
     /// (leaving them out there made `weft-bench cost`'s spawn + join 15 % slower: the idle
     /// worker slept, and each spawn woke it). A worker with sockets does not spin (`idle`).
-    fn has_work(&self, leave_deferred: bool) -> bool {
+    pub(super) fn has_work(&self, leave_deferred: bool) -> bool {
         self.has_ready()
             || self.remote.flags.pushed_pending()
             || !self.new_tasks.is_empty()
@@ -508,7 +523,7 @@ impl Worker {
             let fired = self.has_ready();
             if !fired && timeout != Some(Duration::ZERO) {
                 stack::release_emptied_images(timeout);
-                let woken = super::io::wait(&self.remote, timeout);
+                let woken = self.wait_io(timeout);
                 let after = Instant::now();
                 // Woken early by a notify or I/O (not by the timeout: timers alone never
                 // justify spinning) soon after sleeping.
@@ -537,6 +552,16 @@ impl Worker {
     pub(super) fn poll_io(&self) {
         if super::io::has_sources(&self.remote) {
             super::io::poll_now(&self.remote);
+        }
+    }
+
+    /// A busy worker's turn of its tokio runtime, if it has one (sched/tokio_local.rs
+    /// invariant 1). Not before a sleep: the sleep is in that runtime.
+    #[inline]
+    pub(super) fn turn_tokio(&self) {
+        #[cfg(feature = "tokio")]
+        if let Some(local) = self.tokio_local.get() {
+            local.turn();
         }
     }
 
@@ -773,8 +798,24 @@ impl Worker {
                 self.leak_live_tasks();
                 break;
             }
-            super::io::wait(&self.remote, Some(Duration::from_millis(10)));
+            self.wait_io(Some(Duration::from_millis(10)));
         }
+    }
+
+    /// Whether this worker runs a tokio runtime of its own (sched/tokio_local.rs).
+    #[cfg(feature = "tokio")]
+    pub(super) fn drives_tokio(&self) -> bool {
+        self.tokio_local.get().is_some()
+    }
+
+    /// Sleeps until I/O, a notify or `timeout` (`io::wait`), in the worker's tokio runtime
+    /// where it has one (sched/tokio_local.rs invariant 2).
+    fn wait_io(&self, timeout: Option<Duration>) -> bool {
+        #[cfg(feature = "tokio")]
+        if let Some(local) = self.tokio_local.get() {
+            return local.wait(&self.remote, timeout);
+        }
+        super::io::wait(&self.remote, timeout)
     }
 
     /// Step 4: tasks that parked again while unwinding and were never woken. Their stacks

@@ -25,8 +25,11 @@
 //! [`RuntimeBuilder::tokio_handle`](crate::RuntimeBuilder::tokio_handle), else a multi-thread
 //! runtime weft starts at the first use ([`RuntimeBuilder::tokio_threads`](
 //! crate::RuntimeBuilder::tokio_threads) threads; one per core, at most 4, by default) and shuts
-//! down when the weft runtime drops. On a plain thread: the tokio runtime whose context the
-//! thread is in, else one weft starts for the process.
+//! down when the weft runtime drops — or, with [`RuntimeBuilder::tokio_on_workers`](
+//! crate::RuntimeBuilder::tokio_on_workers), a current-thread runtime on each weft worker,
+//! driven by the worker, so that a future's wakes stay on its task's thread
+//! (sched/tokio_local.rs; docs/async.md has what it costs and changes). On a plain thread: the
+//! tokio runtime whose context the thread is in, else one weft starts for the process.
 //!
 //! Owns: nothing of its own: the thread's stack of entered tokio contexts
 //! (sched/tokio_context.rs) and which tokio runtime a weft runtime's tasks use
@@ -130,8 +133,8 @@ pub fn handle() -> Handle {
 /// The handle for the caller (module doc, "Which runtime"): a task's is borrowed from its
 /// runtime (no reference count touched), a plain thread's owned.
 fn current() -> Current {
-    if let Some(bridge) = crate::sched::current_tokio_bridge() {
-        return Current::Runtime(bridge.handle());
+    if let Some(handle) = crate::sched::current_tokio_handle() {
+        return Current::Runtime(handle);
     }
     match Handle::try_current() {
         Ok(handle) => Current::Thread(handle),
