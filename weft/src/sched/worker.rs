@@ -556,12 +556,13 @@ impl Worker {
     }
 
     /// A busy worker's turn of its tokio runtime, if it has one (sched/tokio_local.rs
-    /// invariant 1). Not before a sleep: the sleep is in that runtime.
+    /// invariant 1), after `clock` was refreshed. Not before a sleep: the sleep is in that
+    /// runtime.
     #[inline]
     pub(super) fn turn_tokio(&self) {
         #[cfg(feature = "tokio")]
         if let Some(local) = self.tokio_local.get() {
-            local.turn();
+            local.turn(self.clock.get());
         }
     }
 
