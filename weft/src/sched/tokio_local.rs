@@ -93,10 +93,13 @@ impl LocalTokio {
         let runtime = ::tokio::runtime::Builder::new_current_thread()
             .enable_all()
             // Invariant 2: work queued on this worker by tokio's callbacks (a waker of a
-            // task of the worker) ends the sleep the runtime is about to take.
+            // task of the worker, a spawn from a tokio task) ends the sleep the runtime is
+            // about to take. Only that: other threads' pushes notify by themselves, and
+            // `has_work`'s wider look (its shutdown flag among them) would turn the 10 ms
+            // waits of `shut_down` into a spin.
             .on_thread_park(|| {
                 if let Some(worker) = current_worker() {
-                    if worker.has_work(true) {
+                    if worker.has_local_work() {
                         worker.remote.notify();
                     }
                 }

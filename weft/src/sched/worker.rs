@@ -366,7 +366,7 @@ impl Worker {
     /// while another spawns and joins stays awake, so the spawner's wakes find nobody asleep
     /// (leaving them out there made `weft-bench cost`'s spawn + join 15 % slower: the idle
     /// worker slept, and each spawn woke it). A worker with sockets does not spin (`idle`).
-    pub(super) fn has_work(&self, leave_deferred: bool) -> bool {
+    fn has_work(&self, leave_deferred: bool) -> bool {
         self.has_ready()
             || self.remote.flags.pushed_pending()
             || !self.new_tasks.is_empty()
@@ -801,6 +801,12 @@ impl Worker {
             }
             self.wait_io(Some(Duration::from_millis(10)));
         }
+    }
+
+    /// Whether this worker's own thread queued work here: a woken task or a spawn.
+    #[cfg(feature = "tokio")]
+    pub(super) fn has_local_work(&self) -> bool {
+        self.has_ready() || !self.new_tasks.is_empty()
     }
 
     /// Whether this worker runs a tokio runtime of its own (sched/tokio_local.rs).

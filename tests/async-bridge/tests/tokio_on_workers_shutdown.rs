@@ -1,0 +1,47 @@
+//! `RuntimeBuilder::tokio_on_workers` at shutdown, alone in its process: it reads the
+//! process's CPU time, which other tests would add to.
+
+use std::time::{Duration, Instant};
+
+/// The process's CPU time (user + system).
+fn cpu_time() -> Duration {
+    // SAFETY: `getrusage` fills the zeroed struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    Duration::from_micros(micros(ru.ru_utime) + micros(ru.ru_stime))
+}
+
+/// A task whose unwinding at shutdown sleeps 300 ms: the worker waits for it in tokio's
+/// reactor, not in a spin (it spun for the whole 300 ms once: its check before each of
+/// tokio's sleeps counted the shutdown flag as work).
+#[test]
+fn a_shutdown_waiting_for_an_unwinding_task_sleeps() {
+    struct SlowDrop;
+    impl Drop for SlowDrop {
+        fn drop(&mut self) {
+            weft::time::sleep(Duration::from_millis(300));
+        }
+    }
+    let rt = weft::Runtime::builder()
+        .workers(1)
+        .tokio_on_workers(true)
+        .build()
+        .unwrap();
+    rt.block_on(|| {
+        weft::tokio::block_on(async { tokio::task::yield_now().await });
+        weft::spawn(|| {
+            let _guard = SlowDrop;
+            weft::time::sleep(Duration::from_secs(3600));
+        });
+        weft::time::sleep(Duration::from_millis(20));
+    });
+    let (cpu, start) = (cpu_time(), Instant::now());
+    drop(rt);
+    let (cpu, wall) = (cpu_time() - cpu, start.elapsed());
+    assert!(wall >= Duration::from_millis(300), "{wall:?}");
+    assert!(
+        cpu < wall / 2,
+        "the shutdown used {cpu:?} of CPU in {wall:?}"
+    );
+}
