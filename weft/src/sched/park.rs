@@ -102,13 +102,17 @@ pub(crate) fn park_current_on_future(deadline: Option<Instant>, reason: ParkReas
     struct Waiting<'a>(&'a Remote);
     impl Drop for Waiting<'_> {
         fn drop(&mut self) {
-            self.0.futures_waiting.fetch_sub(1, Ordering::Relaxed);
+            let count = &self.0.futures_waiting;
+            count.store(count.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
         }
     }
     // The home of a running task: its worker's, for the task's whole life (sched/mod.rs
-    // invariant 1), which the park's return or unwind is part of.
+    // invariant 1), which the park's return or unwind is part of. Only that worker's thread
+    // writes the count (its tasks run, park and unwind there), so a load and a store do, not
+    // a locked read-modify-write on a line other threads read.
     let _waiting = current_header().and_then(Header::home).map(|home| {
-        home.futures_waiting.fetch_add(1, Ordering::Relaxed);
+        let count = &home.futures_waiting;
+        count.store(count.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         Waiting(home)
     });
     match deadline {

@@ -108,7 +108,8 @@ pub(crate) struct Remote {
     pub(crate) live: AtomicUsize,
     /// Tasks of this worker parked while a future they poll is pending (park.rs,
     /// `park_current_on_future`): their wakes come from another thread's reactor, so the
-    /// worker does not spin when it idles (worker.rs, `idle`). Relaxed: a hint.
+    /// worker does not spin when it idles (worker.rs, `idle`). Written by the worker's thread
+    /// only; Relaxed: a hint.
     pub(crate) futures_waiting: AtomicUsize,
     /// Set by the monitor while this worker is stuck in one task, cleared when it moves on:
     /// a thief with more live tasks steals this worker's new tasks only then (queue.rs,
