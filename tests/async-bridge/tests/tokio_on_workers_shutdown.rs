@@ -5,8 +5,9 @@ use std::time::{Duration, Instant};
 
 /// The process's CPU time (user + system).
 fn cpu_time() -> Duration {
-    // SAFETY: `getrusage` fills the zeroed struct it is given.
+    // SAFETY: `rusage` is plain integers, for which all zeroes is a valid value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `getrusage` writes into the live struct it is given.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
     Duration::from_micros(micros(ru.ru_utime) + micros(ru.ru_stime))
