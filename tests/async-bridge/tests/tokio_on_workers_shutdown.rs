@@ -3,16 +3,6 @@
 
 use std::time::{Duration, Instant};
 
-/// The process's CPU time (user + system).
-fn cpu_time() -> Duration {
-    // SAFETY: `rusage` is plain integers, for which all zeroes is a valid value.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `getrusage` writes into the live struct it is given.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
-    Duration::from_micros(micros(ru.ru_utime) + micros(ru.ru_stime))
-}
-
 /// A task whose unwinding at shutdown sleeps 300 ms: the worker waits for it in tokio's
 /// reactor, not in a spin (it spun for the whole 300 ms once: its check before each of
 /// tokio's sleeps counted the shutdown flag as work).
@@ -37,9 +27,9 @@ fn a_shutdown_waiting_for_an_unwinding_task_sleeps() {
         });
         weft::time::sleep(Duration::from_millis(20));
     });
-    let (cpu, start) = (cpu_time(), Instant::now());
+    let (cpu, start) = (weft_async_tests::process_cpu(), Instant::now());
     drop(rt);
-    let (cpu, wall) = (cpu_time() - cpu, start.elapsed());
+    let (cpu, wall) = (weft_async_tests::process_cpu() - cpu, start.elapsed());
     assert!(wall >= Duration::from_millis(300), "{wall:?}");
     assert!(
         cpu < wall / 2,
