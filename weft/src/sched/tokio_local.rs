@@ -13,7 +13,7 @@
 //!    connection tasks) never runs inside a weft task.
 //! 2. A sleep in tokio's reactor ends for everything that ends the worker's own sleep: the
 //!    worker's poller is registered in it, so a socket of weft's, a notify from another
-//!    thread (idle.rs step 2) and, through `before_park`, work queued on the worker by
+//!    thread (idle.rs step 2) and, through `on_thread_park`, work queued on the worker by
 //!    tokio's own callbacks (a woken task) all end it; its timeout is the worker's next
 //!    deadline.
 //! 3. The runtime is dropped on its worker's thread after the worker's tasks have ended
