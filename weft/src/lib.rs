@@ -241,6 +241,9 @@ pub mod time;
 #[cfg(all(feature = "tokio", not(loom)))]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod tokio;
+#[cfg(loom)]
+#[path = "stack/write_once.rs"]
+pub(crate) mod write_once;
 
 #[cfg(not(loom))]
 pub use sched::{EnterGuard, Handle, Runtime, RuntimeBuilder, ShutdownReport, DEFAULT_TIMER_SLACK};

@@ -109,6 +109,7 @@ fn the_endpoint_serves_the_dump_the_stack_profile_and_a_self_contained_page() {
         for key in [
             "\"compacted\":",
             "\"stack_image_bytes\":",
+            "\"stack_template_bytes\":",
             "\"image_bytes_per_task\":",
         ] {
             assert!(vars.contains(key), "{key} missing: {vars}");

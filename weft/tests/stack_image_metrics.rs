@@ -1,7 +1,8 @@
 //! The compacted tasks' image bytes are counted (`weft::stack::counters().image_bytes`) and
-//! reported by `weft::metrics` and its Prometheus text: the live bytes plus an 8-byte header
-//! per image, at least each task's locals, and nothing once every task has been restored and
-//! has finished.
+//! reported by `weft::metrics` and its Prometheus text: at most the live bytes plus an 8-byte
+//! header per image, less where the images of tasks parked at one place are stored as their
+//! difference from a shared template (stack/template.rs), at least each task's own locals,
+//! and nothing once every task has been restored and has finished.
 //!
 //! One test in its own process: the counters are process-wide, so no other test's tasks may
 //! be compacted meanwhile. Skips (with a note) where `weft::stack::mode()` is not `Compact`.
@@ -51,14 +52,25 @@ fn image_bytes_follow_compactions_and_restores() {
     });
 
     let c = weft::stack::counters();
-    assert_eq!(
-        c.image_bytes,
-        c.compacted_live_bytes + 8 * c.compacted_tasks,
-        "image bytes are the live bytes and an 8-byte header per image: {c:?}"
-    );
+    if c.compacted_live_bytes / c.compacted_tasks <= 4096 {
+        // The tasks park at one place: their images share a template, and each is smaller
+        // than its live bytes.
+        assert!(c.templates >= 1 && c.template_bytes > 0, "{c:?}");
+        assert!(
+            c.image_bytes < c.compacted_live_bytes,
+            "the images of tasks parked at one place are not stored as differences: {c:?}"
+        );
+    } else {
+        // Under AddressSanitizer a frame carries redzones: images of more than a page stay
+        // plain (stack/template.rs).
+        eprintln!("templates not checked: images longer than a page ({c:?})");
+        assert!(c.image_bytes <= c.compacted_live_bytes + 8 * c.compacted_tasks);
+    }
     let m = weft::metrics::snapshot();
     assert!(m.stack_image_bytes > 0, "{m:?}");
-    // Each image holds at least the task's 128-byte local and its header.
+    assert_eq!(m.stack_template_bytes, c.template_bytes);
+    // Each image holds at least the task's 128-byte local (16 words, each unlike the
+    // template's but in the one task the template came from) and its header.
     assert!(
         m.image_bytes_per_task() >= 136.0 && m.image_bytes_per_task() < 64.0 * 1024.0,
         "{}",
@@ -68,6 +80,7 @@ fn image_bytes_follow_compactions_and_restores() {
     for name in [
         "weft_stack_image_bytes ",
         "weft_stack_image_bytes_per_task ",
+        "weft_stack_template_bytes ",
     ] {
         assert!(
             text.lines().any(|l| l.starts_with(name)),

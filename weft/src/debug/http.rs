@@ -577,7 +577,7 @@ pub(crate) fn vars() -> String {
         "{{\"time_ms\":{},\"tasks\":{},\"running\":{},\"runnable\":{},\"parked\":{},\
          \"spawns\":{},\"workers_count\":{},\"stack_committed_bytes\":{},\
          \"stack_bytes_per_task\":{:.1},\"compacted\":{},\"stack_image_bytes\":{},\
-         \"image_bytes_per_task\":{:.1},\"rss_bytes\":{},\"monitor_warnings\":{},\"workers\":[",
+         \"image_bytes_per_task\":{:.1},\"stack_template_bytes\":{},\"rss_bytes\":{},\"monitor_warnings\":{},\"workers\":[",
         now.as_millis(),
         s.tasks,
         s.tasks_running,
@@ -590,6 +590,7 @@ pub(crate) fn vars() -> String {
         s.tasks_compacted,
         s.stack_image_bytes,
         s.image_bytes_per_task(),
+        s.stack_template_bytes,
         s.rss_bytes,
         warnings.iter().map(|(_, n)| n).sum::<u64>(),
     );

@@ -133,9 +133,15 @@ pub struct Snapshot {
     pub stack_reclaimed_bytes: u64,
     /// Live stack bytes held in heap buffers by compacted tasks now (stack layer).
     pub stack_compacted_bytes: u64,
-    /// Bytes the compacted tasks' stack images take in their arena now: the live bytes
-    /// (`stack_compacted_bytes`) plus each image's 8-byte header (stack layer).
+    /// Bytes the compacted tasks' stack images take in their arena now, each image's 8-byte
+    /// header included: the live bytes (`stack_compacted_bytes`), or for an image stored as
+    /// its difference from a template of its parking place, that difference (stack layer).
     pub stack_image_bytes: u64,
+    /// Stack-image templates made so far: one image per place where tasks park, shared by
+    /// every image stored as a difference from it; never freed (stack layer).
+    pub stack_templates: u64,
+    /// Bytes the stack-image templates hold (at most 4 MiB; stack layer).
+    pub stack_template_bytes: u64,
     /// Compactions since the start (stack layer).
     pub compactions: u64,
     /// Restores of compacted stacks since the start (stack layer).
@@ -278,6 +284,8 @@ pub fn snapshot() -> Snapshot {
         stack_reclaimed_bytes: shrink.reclaimed_bytes,
         stack_compacted_bytes: shrink.compacted_live_bytes,
         stack_image_bytes: shrink.image_bytes,
+        stack_templates: shrink.templates,
+        stack_template_bytes: shrink.template_bytes,
         compactions: shrink.compactions,
         restores: shrink.restores,
         reclaim_policy,

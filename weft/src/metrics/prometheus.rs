@@ -186,6 +186,20 @@ pub(crate) fn write(s: &Snapshot) -> String {
     );
     metric(
         o,
+        "weft_stack_templates",
+        Gauge,
+        "Stack-image templates, shared by the images of tasks parked at one place.",
+        s.stack_templates as f64,
+    );
+    metric(
+        o,
+        "weft_stack_template_bytes",
+        Gauge,
+        "Bytes held by stack-image templates.",
+        s.stack_template_bytes as f64,
+    );
+    metric(
+        o,
         "weft_stack_compactions_total",
         Counter,
         "Stacks compacted.",

@@ -77,9 +77,17 @@ const RELEASE_BATCH: usize = 128;
 const RELEASE_SLEEP: Duration = Duration::from_millis(1);
 /// Emptied pages wait at most about this long for a long enough sleep.
 const RELEASE_AGE: Duration = Duration::from_millis(100);
-/// Bytes before an image's contents: its length (4 bytes), then its segment (3 bytes) and
-/// the depth its slot had ([`set_depth`], 1 byte) in one 4-byte word.
+/// Bytes before an image's contents: its length (4 bytes, the top bit telling an encoded
+/// image, [`set_encoded`]), then its segment (3 bytes) and the depth its slot had
+/// ([`set_depth`], 1 byte) in one 4-byte word.
 pub(super) const HEADER: usize = 8;
+/// The bit of the header's first word that marks contents encoded (`template.rs`).
+const ENCODED: u32 = 1 << 31;
+/// The bit of the header's first word that marks an image in its compactor's staging buffer
+/// (`compact.rs`, [`stage`]), outside the arena: never freed by a restore.
+const STAGED: u32 = 1 << 30;
+/// The length's bits of the header's first word.
+const LEN_MASK: u32 = STAGED - 1;
 /// The segment's bits of the header's second word ([`MAX_SEGMENTS`] fits).
 const SEGMENT_BITS: u32 = 24;
 const SEGMENT_MASK: u32 = (1 << SEGMENT_BITS) - 1;
@@ -352,7 +360,8 @@ pub(crate) fn alloc(len: usize) -> *mut u8 {
     let image = at as *mut u8;
     // SAFETY: `[at, at + need)` is ours alone (invariant 2), in a mapped segment, 8-aligned.
     unsafe {
-        (image as *mut u32).write(u32::try_from(len).expect("stack image size"));
+        let len = u32::try_from(len).ok().filter(|&l| l & !LEN_MASK == 0);
+        (image as *mut u32).write(len.expect("stack image size"));
         (image.add(4) as *mut u32).write(index);
     }
     image
@@ -407,7 +416,55 @@ fn carve(cursor: &mut Cursor, need: usize) -> (u32, usize) {
 /// `image` came from [`alloc`] and has not been freed.
 pub(crate) unsafe fn parts(image: *mut u8) -> (usize, *mut u8) {
     // SAFETY: the caller's contract; the header is the first 8 bytes.
-    unsafe { ((image as *const u32).read() as usize, image.add(HEADER)) }
+    unsafe {
+        (
+            ((image as *const u32).read() & LEN_MASK) as usize,
+            image.add(HEADER),
+        )
+    }
+}
+
+/// Marks an image's contents as encoded against a template (`template.rs`), not its live
+/// bytes as they are.
+///
+/// # Safety
+/// As [`set_depth`].
+pub(crate) unsafe fn set_encoded(image: *mut u8) {
+    // SAFETY: the caller's contract; the first header word.
+    unsafe { (image as *mut u32).write((image as *const u32).read() | ENCODED) }
+}
+
+/// Makes an image of `len` bytes at `at`, [`HEADER`]` + len` bytes of a compactor's staging
+/// buffer (8-aligned), not of the arena: read as any image, never given to [`free`].
+///
+/// # Safety
+/// `[at, at + HEADER + len)` is the caller's to write, 8-aligned.
+pub(crate) unsafe fn stage(at: *mut u8, len: usize) -> *mut u8 {
+    let len = u32::try_from(len).ok().filter(|&l| l & !LEN_MASK == 0);
+    // SAFETY: the caller's contract.
+    unsafe {
+        (at as *mut u32).write(len.expect("stack image size") | STAGED);
+        (at.add(4) as *mut u32).write(0);
+    }
+    at
+}
+
+/// Whether the image is in a staging buffer ([`stage`]).
+///
+/// # Safety
+/// As [`parts`].
+pub(crate) unsafe fn staged(image: *mut u8) -> bool {
+    // SAFETY: the caller's contract; the first header word.
+    unsafe { (image as *const u32).read() & STAGED != 0 }
+}
+
+/// Whether [`set_encoded`] marked the image.
+///
+/// # Safety
+/// As [`parts`].
+pub(crate) unsafe fn encoded(image: *mut u8) -> bool {
+    // SAFETY: the caller's contract; the first header word.
+    unsafe { (image as *const u32).read() & ENCODED != 0 }
 }
 
 /// Records in an image's header how deep, in pages (at most 255), its slot was resident when
@@ -438,10 +495,15 @@ pub(crate) unsafe fn depth(image: *mut u8) -> usize {
 /// # Safety
 /// As [`parts`]; the image is not used afterwards.
 pub(crate) unsafe fn free(image: *mut u8) {
+    debug_assert!(
+        // SAFETY: the caller's contract.
+        !unsafe { staged(image) },
+        "a staged image given to the arena"
+    );
     // SAFETY: the caller's contract.
     let (len, index) = unsafe {
         (
-            (image as *const u32).read() as usize,
+            ((image as *const u32).read() & LEN_MASK) as usize,
             (image.add(4) as *const u32).read() & SEGMENT_MASK,
         )
     };

@@ -60,6 +60,12 @@
 //!    lost: a write before (b) is in the page that (c) copies; a write after (b) waits and,
 //!    once (e) and the unlock are done, finds the slot COMPACTED, which the fault thread
 //!    restores before waking it. Reads see the page or, after (e), the restored copy.
+//!    (f) An image short enough to be encoded (template.rs) is published from the
+//!    compacting thread's staging buffer, and once the locks are let go swapped, under its
+//!    slot's lock and only where the slot still holds it, for an arena image that expands to
+//!    the same bytes (`encode_staged`); a restore of a staged image leaves it where it is
+//!    (it tells so under the lock), and the buffer is written again only once no slot points
+//!    into it. So an image is encoded without allocating under a lock (invariant 6).
 //! 4. A COMPACTED slot is restored — guard reinstalled (unless invariant 8 holds), image
 //!    filled in with `UFFDIO_COPY` (atomic: a thread touching the page waits until it is
 //!    full; where no memory can be charged the fill waits for some, as a page fault would,
@@ -108,12 +114,11 @@
 //! where compaction runs reclaim waits as long as compaction does, so that a task that wakes
 //! often does not refill released pages at each wake.
 //!
-//! # What an idle task's 790 B are
-//! Measured on `examples/million` (a million tasks parked on a gate, settled: 789 B of RSS
-//! each, plus 3 B of page tables), release build, x86_64, 2026-12-06. Its image is 480 live
-//! bytes plus the arena's 8-byte header: 488 B (`image_bytes_per_task` of
-//! `weft::metrics`). The frames in it, read with gdb at the park (each frame's canonical
-//! frame address, from the slot's top down):
+//! # What an idle task's bytes are
+//! Measured on `examples/million` (a million tasks parked on a gate, settled), release build,
+//! x86_64, 2026-12-06: 359 B of RSS each, plus 2 B of page tables (789 B before images were
+//! stored as differences from a template). The image's live bytes are 480; the frames in them,
+//! read with gdb at the park (each frame's canonical frame address, from the slot's top down):
 //!
 //! | bytes | what |
 //! |---|---|
@@ -129,29 +134,29 @@
 //! out-of-line `Yielder::suspend`'s return address, frame and pushes) plus 64 B of slack,
 //! rounded to 16.
 //!
-//! So the user's own frames are 176 B, the runtime's entry 64 B, the park path 96 B, and the
-//! margin 144 B — bytes below the stack pointer that are dead, copied so that invariant 1 holds
-//! whichever way the switch was compiled. The rest of the 789 B is not the stack (sizes by
-//! `size_of`, capacities from the vectors' doubling): the task cell, 256 B (`Header` 152 B +
-//! `JoinSlot<()>` 48 B + the closure 24 B = 224 B, rounded up to cell_cache's 64-byte granule);
-//! the worker's live list, a `slab::Slab<Task>` entry of 16 B (≈16.8 B: each of two workers'
-//! slabs holds ≈500K at a capacity of 2^19); this slot's entry in the compaction table, 8 B;
-//! and the example's own `JoinHandle` and gate waiter, 8 B each (≈8.4 B each with their
-//! vectors' spare capacity). 488 + 256 + 16.8 + 8 + 2 × 8.4 = 785.6 B: the remaining ≈3 B are
-//! the arena runs' unused tails and page granularity.
+//! Of those 60 words, a task's image differs from its template's (template.rs: the first
+//! image of its length, from another task parked at the same gate) in 8 to 10, read by
+//! dumping them: six pointers into the task's own cell (its header, its join slot; all at the
+//! two cells' distance, so stored as one *shift*), a timestamp, the task's index (the
+//! closure's own state), and, for a task on the other worker than the template's, two
+//! pointers into that worker. Stored: the arena's header 8 B, the encoding's head 8 B, its
+//! bitmap 8 B, the shift 8 B and 2–4 words: 48–64 B, 60 B on average
+//! (`image_bytes_per_task` of `weft::metrics`; 488 B as plain bytes).
 //!
-//! What stands between this and 440 B (the bar; tokio's idle task is 583 B here): 281 B are
-//! runtime state before any image (cell, slab entry, table entry), so an image must shrink to
-//! ≈140 B. The levers, largest first: *sharing* — tasks parked at one site have the same return
-//! addresses, frame layout and most saved registers, and their stack addresses differ only by
-//! their slot's base, so an image can be a delta against a per-site template, restored by
-//! copying the template and patching; the shared templates and their reference counts are a new
-//! structure that every restore and the fault thread read, and need a loom model and the stress
-//! tests before they can replace the plain image (a start of it was dropped unfinished, issue
-//! 30); the *margin's slack* (64 B), which needs a proof that the probe's switch is the one
-//! every park runs, not only one like it; a *smaller cell* (32 B of granule rounding here;
-//! `Header` holds a 16-byte `Option<Arc<str>>` name and several pointer-sized fields used only
-//! by a few tasks), whose 64-byte alignment keeps two tasks' atomics off one cache line.
+//! The rest is not the stack (sizes by `size_of`, capacities from the vectors' doubling):
+//! the task cell, 256 B (`Header` 152 B + `JoinSlot<()>` 48 B + the closure 24 B = 224 B,
+//! rounded up to cell_cache's 64-byte granule); the worker's live list, a `slab::Slab<Task>`
+//! entry of 16 B (≈16.8 B: each of two workers' slabs holds ≈500K at a capacity of 2^19);
+//! this slot's entry in the compaction table, 8 B; and the example's own `JoinHandle` and gate
+//! waiter, 8 B each (≈8.4 B each with their vectors' spare capacity).
+//! 60 + 256 + 16.8 + 8 + 2 × 8.4 = 357.6 B against 359 measured.
+//!
+//! What stands between this and 300 B: the cell is now most of a task (256 B). `Header`
+//! holds a 16-byte `Option<Arc<str>>` name and several pointer-sized fields used only by a
+//! few tasks (locals, a dump's capture); moving them behind one pointer would bring the cell
+//! to 192 B at the 64-byte granule, whose alignment keeps two tasks' atomics off one cache
+//! line. The margin's slack (64 B of the image's live bytes) no longer costs memory: it is
+//! the same in every image and lives in the template.
 //!
 //! # fork
 //! A child process loses the userfaultfd registration and would read compacted stacks as
@@ -164,7 +169,7 @@
 //! The child then runs without compaction.
 //!
 //! May call: `uffd.rs`, `region.rs`, `arena.rs`, `restore.rs` (the locks), `switch.rs`
-//! (`copy_stack_bytes`), `mode.rs` (counters), libc. Called by: `parked.rs` (a worker's
+//! (`copy_stack_bytes`), `template.rs` (encoding an image), `mode.rs` (counters), libc. Called by: `parked.rs` (a worker's
 //! stack step).
 //!
 //! Why not the alternatives, measured here: guard markers with a SIGSEGV handler are not
@@ -175,13 +180,19 @@
 
 use std::sync::atomic::Ordering;
 
+use std::cell::Cell;
+
 use super::arena::{
-    alloc as image_alloc, free as image_free, parts as image_parts, set_depth as image_set_depth,
+    alloc as image_alloc, depth as image_depth, free as image_free, parts as image_parts,
+    set_depth as image_set_depth, set_encoded as image_set_encoded, stage as image_stage, HEADER,
 };
-use super::mode::{add, COMPACTED_LIVE_BYTES, COMPACTIONS, COMPACTION_RELEASED_BYTES};
+use super::mode::{
+    add, sub, COMPACTED_LIVE_BYTES, COMPACTIONS, COMPACTION_RELEASED_BYTES, IMAGE_BYTES,
+};
 use super::parked::{ParkedStack, COMPACTED};
 use super::restore::{lock, lock_index, unlock, RESTORE_DEPTH_MAX};
 use super::switch::copy_stack_bytes;
+use super::template::{self, TEMPLATE_LEN_MAX};
 use super::{region, uffd};
 
 /// Largest live stack that is compacted (a bigger one is only reclaimed): its restore would
@@ -254,13 +265,33 @@ fn compact_run(run: &[Candidate<'_>], observe: &mut impl FnMut(usize, usize)) {
     if !region::ensure_registered(start) {
         return; // region.rs invariant 3: no compaction without the registration
     }
-    // Everything allocated before the locks (invariant 6).
+    // Everything allocated before the locks (invariant 6). An image short enough to be
+    // encoded (template.rs) is staged first: published from this thread's staging buffer,
+    // then swapped for its encoding once the locks are let go (`encode_staged`).
+    let staged_bytes: usize = run
+        .iter()
+        .map(|c| c.slot + size - c.lo)
+        .filter(|&n| n <= TEMPLATE_LEN_MAX)
+        .map(|n| HEADER + n)
+        .sum();
+    let mut staging = staging_buffer(staged_bytes);
     let images: Vec<*mut u8> = run
         .iter()
         .map(|c| {
+            let n = c.slot + size - c.lo;
             // mode.rs `Counters::image_bytes` counts no padding.
-            debug_assert_eq!((c.slot + size - c.lo) % 16, 0, "an image of odd length");
-            image_alloc(c.slot + size - c.lo)
+            debug_assert_eq!(n % 16, 0, "an image of odd length");
+            if n <= TEMPLATE_LEN_MAX {
+                // SAFETY: `staging_buffer` holds `staged_bytes`, 8-aligned; each staged image
+                // takes its own `HEADER + n` of them.
+                unsafe {
+                    let image = image_stage(staging, n);
+                    staging = staging.add(HEADER + n);
+                    image
+                }
+            } else {
+                image_alloc(n)
+            }
         })
         .collect();
     let mut resident = vec![0u8; len / page];
@@ -284,9 +315,11 @@ fn compact_run(run: &[Candidate<'_>], observe: &mut impl FnMut(usize, usize)) {
         for &index in &locks {
             unlock(index);
         }
-        for image in images {
-            // SAFETY: never published.
-            unsafe { image_free(image) };
+        for (c, image) in run.iter().zip(images) {
+            if c.slot + size - c.lo > TEMPLATE_LEN_MAX {
+                // SAFETY: never published.
+                unsafe { image_free(image) };
+            }
         }
         return;
     }
@@ -335,6 +368,7 @@ fn compact_run(run: &[Candidate<'_>], observe: &mut impl FnMut(usize, usize)) {
     // what this adds, and must never find the counters without it (they would wrap).
     add(&COMPACTIONS, run.len() as u64);
     add(&COMPACTED_LIVE_BYTES, live_bytes);
+    add(&IMAGE_BYTES, live_bytes + (HEADER * run.len()) as u64);
     add(&COMPACTION_RELEASED_BYTES, released);
     for &index in &locks {
         unlock(index);
@@ -342,6 +376,92 @@ fn compact_run(run: &[Candidate<'_>], observe: &mut impl FnMut(usize, usize)) {
     if size < WINDOW {
         release_window_if_empty(start / WINDOW * WINDOW, size);
         release_window_if_empty((end - 1) / WINDOW * WINDOW, size);
+    }
+    encode_staged(run, &images, size);
+}
+
+thread_local! {
+    /// This thread's staging buffer (`compact_run`): its start and its length in bytes.
+    static STAGING: Cell<(*mut u64, usize)> = const { Cell::new((std::ptr::null_mut(), 0)) };
+}
+
+/// This thread's staging buffer, at least `bytes` long; called before the locks (it may
+/// allocate, invariant 6). No image is staged in it between two runs (`encode_staged`
+/// unstages every one), but an outgrown buffer is leaked rather than freed: were a run ever
+/// to stop between its publication and its unstaging, its slots would still point there.
+fn staging_buffer(bytes: usize) -> *mut u8 {
+    STAGING.with(|staging| {
+        let (at, len) = staging.get();
+        if len >= bytes {
+            return at as *mut u8;
+        }
+        let len = bytes.next_power_of_two().max(16 << 10);
+        let at = Box::leak(vec![0u64; len / 8].into_boxed_slice()).as_mut_ptr();
+        staging.set((at, len));
+        at as *mut u8
+    })
+}
+
+/// Swaps every staged image of `run` (`images`, as published) for an arena image: its
+/// encoding against a template (template.rs) where that is smaller, its plain bytes
+/// otherwise. Called with no lock held (it allocates, invariant 6); each swap under the slot's
+/// lock, and only where the slot still holds the staged image: a slot restored meanwhile (by
+/// the fault thread or another task's `restore_if_compacted`) has nothing to swap, and only
+/// this worker, busy here, can compact the slot again, so a staged image is never mistaken
+/// for a new one. After it, no slot points into the staging buffer.
+fn encode_staged(run: &[Candidate<'_>], images: &[*mut u8], size: usize) {
+    let mut encoded: Vec<u64> = Vec::new();
+    for (c, &staged) in run.iter().zip(images) {
+        let n = c.slot + size - c.lo;
+        if n > TEMPLATE_LEN_MAX {
+            continue;
+        }
+        // SAFETY: staged by `compact_run` with `n` live bytes, 8-aligned; only this thread
+        // writes the staging buffer, and not before every image in it is unstaged.
+        let raw = unsafe {
+            let (_, bytes) = image_parts(staged);
+            std::slice::from_raw_parts(bytes as *const u64, n / 8)
+        };
+        let image = if template::encode(raw, c.slot, size, &mut encoded) {
+            let image = image_alloc(encoded.len() * 8);
+            // SAFETY: allocated above with room for the encoding; not published yet.
+            unsafe {
+                let (_, bytes) = image_parts(image);
+                std::ptr::copy_nonoverlapping(
+                    encoded.as_ptr() as *const u8,
+                    bytes,
+                    encoded.len() * 8,
+                );
+                image_set_encoded(image);
+            }
+            image
+        } else {
+            let image = image_alloc(n);
+            // SAFETY: as above, `n` bytes.
+            unsafe {
+                let (_, bytes) = image_parts(image);
+                std::ptr::copy_nonoverlapping(raw.as_ptr() as *const u8, bytes, n);
+            }
+            image
+        };
+        // SAFETY: from `image_alloc`.
+        let (len, _) = unsafe { image_parts(image) };
+        let index = lock_index(c.slot, size);
+        lock(index);
+        let entry = region::table_entry(c.slot).expect("slot in a registered region");
+        let swapped = entry.load(Ordering::Relaxed) == staged;
+        if swapped {
+            // SAFETY: `image` is not published yet; the staged one is the slot's (locked).
+            unsafe { image_set_depth(image, image_depth(staged)) };
+            // Release: the new image's bytes before its publication, as invariant 3d.
+            entry.store(image, Ordering::Release);
+            sub(&IMAGE_BYTES, (n - len) as u64);
+        }
+        unlock(index);
+        if !swapped {
+            // SAFETY: never published.
+            unsafe { image_free(image) };
+        }
     }
 }
 

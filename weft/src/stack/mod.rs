@@ -69,10 +69,11 @@
 //! A parked task needs only its live frames: a few hundred bytes at the top of its slot. Its
 //! worker gives the rest back in steps between tasks, as [`StackPolicy`] says: *reclaim*
 //! drops the pages below the task's stack pointer; *compaction* copies the live bytes into an
-//! exact-size image (`arena.rs`) and releases the whole slot, guard marker included, so that
+//! image (`arena.rs`), stored as its difference from the image of another task parked at the
+//! same place (`template.rs`), and releases the whole slot, guard marker included, so that
 //! whole 2 MiB windows of parked slots also give back their page-table page. Measured here
-//! (`examples/million.rs --settle-ms`, `weft-bench probe`): a million idle tasks settle from 4,850 to 732 B each
-//! (RSS + page tables), and as low once they had used 8 or 64 KiB of stack. Compaction is
+//! (`examples/million.rs --settle-ms`): a million idle tasks settle from 4,850 to 358 B each
+//! (RSS + page tables), 357 B once they had used 8 KiB of stack, 374 B (100K) 64 KiB. Compaction is
 //! sound only where the kernel holds *every* access to a released page until it is filled
 //! again — other threads may write into a parked task's locals, weft's own channel waiters
 //! live there — which is what [`mode`] reports; the argument is in `compact.rs`. On kernels
@@ -93,7 +94,9 @@ mod parked;
 mod region;
 mod restore;
 mod switch;
+mod template;
 mod uffd;
+pub(crate) mod write_once;
 
 pub(crate) use arena::{alloc_cell, free_cell};
 pub use mode::{counters, mode, Counters, StackMode, StackPolicy, DEFAULT_STACK_BATCH};

@@ -128,6 +128,13 @@ pub(super) static COMPACTION_RELEASED_BYTES: CachePadded<AtomicU64> =
 pub(super) static RESTORES: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
 pub(super) static FAULT_RESTORES: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
 pub(super) static ZERO_FILLS: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
+/// Bytes of the compacted tasks' images in their arena, headers included (`arena.rs`):
+/// added at a compaction, lowered when `compact.rs` swaps an image for its encoding
+/// (`template.rs`), subtracted at the restore.
+pub(super) static IMAGE_BYTES: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
+/// Templates made (`template.rs`), and the bytes they hold; neither ever falls.
+pub(super) static TEMPLATES: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
+pub(super) static TEMPLATE_BYTES: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
 
 /// A snapshot of the stack-shrinking counters, process-wide; cheap (Relaxed loads).
 /// Released bytes count the pages that were mapped (`mincore`).
@@ -149,11 +156,16 @@ pub struct Counters {
     pub fault_restores: u64,
     /// Missing pages of resident slots the fault thread filled with zeros (stack growth).
     pub zero_fills: u64,
-    /// Bytes the images of the compacted tasks take now in their arena: the live bytes
-    /// (`compacted_live_bytes`) plus each image's 8-byte header (an image's length is a
-    /// multiple of 16, so there is no padding). Divided by `compacted_tasks`, an image's
-    /// cost per task. Derived from the other counters: no cost at a compaction or restore.
+    /// Bytes the images of the compacted tasks take now in their arena, each image's 8-byte
+    /// header included: the live bytes, or, for an image stored as its difference from a
+    /// template of the same parking place, that difference. Divided by `compacted_tasks`, an
+    /// image's cost per task.
     pub image_bytes: u64,
+    /// Templates made so far: an image per place where tasks park, shared by the images of
+    /// every task parked there (never freed).
+    pub templates: u64,
+    /// Bytes the templates hold (at most 4 MiB).
+    pub template_bytes: u64,
 }
 
 /// The stack-shrinking counters now (see [`Counters`]).
@@ -174,8 +186,9 @@ pub fn counters() -> Counters {
         restores,
         fault_restores: r(&FAULT_RESTORES),
         zero_fills: r(&ZERO_FILLS),
-        image_bytes: compacted_live_bytes
-            .saturating_add(super::arena::HEADER as u64 * compacted_tasks),
+        image_bytes: r(&IMAGE_BYTES),
+        templates: r(&TEMPLATES),
+        template_bytes: r(&TEMPLATE_BYTES),
     }
 }
 

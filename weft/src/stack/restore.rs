@@ -9,8 +9,9 @@
 //! Invariants: compact.rs 2, 4, 5, 6 and 8 are kept here; in particular a restore waits for
 //! memory rather than give up, and nothing here allocates while it holds a slot lock.
 //!
-//! May call: `arena.rs` (images), `uffd.rs` (the fills), `region.rs`, `switch.rs`
-//! (`copy_stack_bytes`), `mode.rs` (counters, the forked flag). Called by: `parked.rs` (a
+//! May call: `arena.rs` (images), `template.rs` (expanding an encoded image), `uffd.rs` (the
+//! fills), `region.rs`, `switch.rs` (`copy_stack_bytes`), `mode.rs` (counters, the forked
+//! flag). Called by: `parked.rs` (a
 //! worker's restore before a resume), `uffd.rs` (the fault thread), `mod.rs` (the prefill
 //! of a fresh slot), `compact.rs` (the locks), `chan` (`restore_if_compacted`), the fork
 //! handlers `mode.rs` registers.
@@ -22,12 +23,16 @@ use std::alloc::{self, Layout};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::arena::{depth as image_depth, free as image_free, parts as image_parts};
+use super::arena::{
+    depth as image_depth, encoded as image_encoded, free as image_free, parts as image_parts,
+    staged as image_staged, HEADER,
+};
 use super::mode::{
     add, register_regions, sub, COMPACTED_LIVE_BYTES, COMPACTIONS, FAULT_RESTORES, FORKED,
-    RESTORES, ZERO_FILLS,
+    IMAGE_BYTES, RESTORES, ZERO_FILLS,
 };
 use super::switch::copy_stack_bytes;
+use super::template;
 use super::{region, uffd};
 
 // ---------------------------------------------------------------------------------------
@@ -112,9 +117,16 @@ pub(super) extern "C" fn fork_child() {
         // SAFETY: a published image (invariant 3d) of a slot that is COMPACTED; the child
         // is single-threaded and unregistered, so the slot's pages fill in on first touch.
         unsafe {
-            let (len, bytes) = image_parts(image);
-            copy_stack_bytes((slot + size - len) as *mut u8, bytes as usize, len);
-            sub(&COMPACTED_LIVE_BYTES, len as u64);
+            let (stored, bytes) = image_parts(image);
+            if image_encoded(image) {
+                let len = template::live_len(bytes);
+                template::expand(bytes, slot, (slot + size - len) as *mut u8);
+                sub(&COMPACTED_LIVE_BYTES, len as u64);
+            } else {
+                copy_stack_bytes((slot + size - stored) as *mut u8, bytes as usize, stored);
+                sub(&COMPACTED_LIVE_BYTES, stored as u64);
+            }
+            sub(&IMAGE_BYTES, (HEADER + stored) as u64);
         }
         add(&RESTORES, 1);
         // Plain madvise: the cached pidfd for `process_madvise` names the parent.
@@ -226,14 +238,25 @@ thread_local! {
 
 /// Restores the COMPACTED slot `[slot, slot + size)` from `image`, as deep as the slot was
 /// when compacted (zeros below the image; see [`RESTORE_DEPTH_MAX`]); the caller holds its
-/// lock and frees the image after unlocking (invariant 6).
+/// lock and, where this returns true, frees the image after unlocking (invariant 6). False
+/// for an image in its compactor's staging buffer (compact.rs `encode_staged`), told here
+/// under the lock: once the lock is let go that buffer may be written again.
 ///
 /// # Safety
 /// Invariant 2: the caller holds the slot's lock and `image` is its published image.
-unsafe fn restore_locked(slot: usize, size: usize, image: *mut u8, scratch: &mut Scratch) {
+#[must_use]
+unsafe fn restore_locked(slot: usize, size: usize, image: *mut u8, scratch: &mut Scratch) -> bool {
     let page = region::page_size();
     // SAFETY: the caller's contract.
-    let (len, bytes) = unsafe { image_parts(image) };
+    let (stored, bytes) = unsafe { image_parts(image) };
+    // SAFETY: the caller's contract.
+    let encoded = unsafe { image_encoded(image) };
+    let len = if encoded {
+        // SAFETY: an encoded image's contents, as template.rs wrote them.
+        unsafe { template::live_len(bytes) }
+    } else {
+        stored
+    };
     let top = slot + size;
     let lo = top - len;
     // SAFETY: the caller's contract.
@@ -260,7 +283,12 @@ unsafe fn restore_locked(slot: usize, size: usize, image: *mut u8, scratch: &mut
         unsafe {
             // The buffer is zeros (`Scratch::buf`): below the image they stay.
             let from = at.max(lo).min(end);
-            if from < end {
+            if from < end && encoded {
+                // An encoded image lies in the slot's top page (template.rs), so in the last
+                // piece, whole.
+                debug_assert_eq!(from, lo);
+                template::expand(bytes, slot, scratch.buf.add(from - at));
+            } else if from < end {
                 std::ptr::copy_nonoverlapping(
                     bytes.add(from - lo),
                     scratch.buf.add(from - at),
@@ -284,7 +312,10 @@ unsafe fn restore_locked(slot: usize, size: usize, image: *mut u8, scratch: &mut
     let entry = region::table_entry(slot).expect("compacted slot outside a region");
     entry.store(std::ptr::null_mut(), Ordering::Release);
     sub(&COMPACTED_LIVE_BYTES, len as u64);
+    sub(&IMAGE_BYTES, (HEADER + stored) as u64);
     add(&RESTORES, 1);
+    // SAFETY: the caller's contract; read under its lock.
+    !unsafe { image_staged(image) }
 }
 
 /// Restores the slot `[slot, slot + size)` if it is still COMPACTED; its task's worker, before
@@ -299,12 +330,10 @@ pub(crate) fn restore(slot: usize, size: usize) {
         let scratch = scratch.get_or_insert_with(Scratch::new);
         lock(index);
         let image = entry.load(Ordering::Acquire);
-        if !image.is_null() {
-            // SAFETY: locked, and the entry is the published image (invariant 2).
-            unsafe { restore_locked(slot, size, image, scratch) };
-        }
+        // SAFETY: locked, and the entry is the published image (invariant 2).
+        let free = !image.is_null() && unsafe { restore_locked(slot, size, image, scratch) };
         unlock(index);
-        if !image.is_null() {
+        if free {
             // SAFETY: unpublished above; nobody else holds it (invariant 4).
             unsafe { image_free(image) };
         }
@@ -363,9 +392,10 @@ pub(crate) fn serve_fault(addr: usize, write_protected: bool, tid: u32, scratch:
     lock(index);
     let entry = region::table_entry(slot).expect("slot outside a region");
     let image = entry.load(Ordering::Acquire);
+    let mut free = false;
     if !image.is_null() {
         // SAFETY: locked; the entry is the slot's image.
-        unsafe { restore_locked(slot, size, image, scratch) };
+        free = unsafe { restore_locked(slot, size, image, scratch) };
         add(&FAULT_RESTORES, 1);
     }
     if write_protected {
@@ -387,7 +417,7 @@ pub(crate) fn serve_fault(addr: usize, write_protected: bool, tid: u32, scratch:
         add(&ZERO_FILLS, 1);
     }
     unlock(index);
-    if !image.is_null() {
+    if free {
         // SAFETY: unpublished by `restore_locked`.
         unsafe { image_free(image) };
         super::arena::release_emptied();

@@ -13,3 +13,5 @@ mod loom_join;
 mod loom_park;
 #[cfg(loom)]
 mod loom_sync;
+#[cfg(loom)]
+mod loom_template;
