@@ -8,7 +8,9 @@
 //! delayed by up to 2 ms (staggered). Figures: dial and RTT percentiles, round trips/s,
 //! Little's law (throughput × mean RTT next to the in-flight count sampled every ms), the
 //! server's CPU time (user + system, accepts included, read with `wait4` when the server is
-//! reaped) per round trip, and its peak RSS growth and page tables per connection.
+//! reaped, or where the client's hold began) per round trip, its peak RSS growth and page
+//! tables per connection, and its RSS per connection once they have idled 1.5 s (the client
+//! holds them open after the rounds).
 //! `echo --loads C:R:S,…` replaces the size's loads, and with `--peers weft,go` it is the
 //! quick weft-against-Go check `bench/echo-compare.sh` used to be.
 //!
@@ -182,35 +184,13 @@ impl Server {
     }
 }
 
-/// A field of /proc/PID/status in bytes.
-fn status_bytes(pid: u32, field: &str) -> f64 {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    text.lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|rest| rest.split_whitespace().next()?.parse::<f64>().ok())
-        .map_or(0.0, |kb| kb * 1024.0)
-}
-
-/// User + system CPU seconds of process `pid`.
-fn cpu_seconds(pid: u32) -> f64 {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces) start at ") ".
-    let rest = text.rsplit(") ").next().unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name.
-    (ticks(11) + ticks(12)) / hz.max(1.0)
-}
-
 /// One run: a fresh server, one load, the server's CPU and memory around it.
 fn one_run(server: &Cmd, load: Load) -> Result<Value, String> {
     let s = Server::start(server)?;
     let pid = s.pid();
-    let rss0 = status_bytes(pid, "VmRSS");
-    let pte0 = status_bytes(pid, "VmPTE");
-    let cpu0 = cpu_seconds(pid);
+    let rss0 = weft_loadtest::process_status_bytes(pid, "VmRSS");
+    let pte0 = weft_loadtest::process_status_bytes(pid, "VmPTE");
+    let cpu0 = weft_loadtest::process_cpu_seconds(pid);
     let done = AtomicBool::new(false);
     let pte_max = AtomicU64::new(pte0 as u64);
     let mut client = Cmd::me(&args![
@@ -222,13 +202,20 @@ fn one_run(server: &Cmd, load: Load) -> Result<Value, String> {
         "--rounds",
         load.rounds,
         "--stagger-ms",
-        load.stagger_ms
+        load.stagger_ms,
+        "--hold-ms",
+        HOLD_MS,
+        "--watch-pid",
+        pid
     ])?;
     client.limit = Duration::from_secs(180);
     let result = std::thread::scope(|scope| {
         scope.spawn(|| {
             while !done.load(Ordering::Relaxed) {
-                pte_max.fetch_max(status_bytes(pid, "VmPTE") as u64, Ordering::Relaxed);
+                pte_max.fetch_max(
+                    weft_loadtest::process_status_bytes(pid, "VmPTE") as u64,
+                    Ordering::Relaxed,
+                );
                 std::thread::sleep(Duration::from_millis(50));
             }
         });
@@ -236,15 +223,21 @@ fn one_run(server: &Cmd, load: Load) -> Result<Value, String> {
         done.store(true, Ordering::Relaxed);
         r
     })?;
-    let hwm = status_bytes(pid, "VmHWM");
-    // The start-up's CPU (before the load) is read in clock ticks: 0 or 1 as a rule.
-    let cpu = s.finish()? - cpu0;
+    let hwm = weft_loadtest::process_status_bytes(pid, "VmHWM");
+    // The start-up's CPU (before the load) is read in clock ticks: 0 or 1 as a rule. The
+    // load's CPU ends where the hold begins (the client read it then); what a server does
+    // with idle connections (weft compacts their stacks) is not a round trip's.
+    let at_exit = s.finish()?;
     let mut v = result;
+    let at_hold = v["watched_cpu_s"].as_f64().filter(|&c| c > 0.0);
+    let cpu = at_hold.unwrap_or(at_exit) - cpu0;
     let rtts = v["rtt_count"].as_f64().unwrap_or(0.0).max(1.0);
     let conns = load.conns as f64;
     v["server_cpu_us_per_rt"] = json!(cpu * 1e6 / rtts);
     v["rss_per_conn"] = json!((hwm - rss0) / conns);
     v["pte_per_conn"] = json!((pte_max.load(Ordering::Relaxed) as f64 - pte0) / conns);
+    let held = v["held_rss_bytes"].as_f64().unwrap_or(0.0);
+    v["idle_rss_per_conn"] = json!(((held - rss0) / conns).max(0.0));
     Ok(v)
 }
 
@@ -273,8 +266,12 @@ fn servers() -> Vec<(&'static str, Result<Cmd, String>)> {
     ]
 }
 
+/// How long the client keeps every connection open and idle after its rounds, ms: long
+/// enough for weft's stack compaction (after 200 ms parked) to have settled at 10,000.
+const HOLD_MS: u64 = 1500;
+
 /// The figures of the table, (key, heading).
-const COLUMNS: [(&str, &str); 11] = [
+const COLUMNS: [(&str, &str); 12] = [
     ("round_trips_per_sec", "round trips/s"),
     ("rtt_p50_us", "RTT p50 µs"),
     ("rtt_p99_us", "RTT p99 µs"),
@@ -284,6 +281,7 @@ const COLUMNS: [(&str, &str); 11] = [
     ("sampled_in_flight", "sampled in flight"),
     ("server_cpu_us_per_rt", "server CPU µs / round trip"),
     ("rss_per_conn", "server RSS B / conn"),
+    ("idle_rss_per_conn", "server RSS B / conn, idle"),
     ("pte_per_conn", "server page tables B / conn"),
     ("conns_failed", "failed dials"),
 ];
@@ -334,6 +332,7 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
                 med("rtt_p99_us"),
                 med("server_cpu_us_per_rt"),
                 med("rss_per_conn"),
+                med("idle_rss_per_conn"),
                 ratio("round_trips_per_sec"),
             ]);
             rows.push(r);
@@ -341,8 +340,10 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
     }
     let markdown = table(&head, &rows)
         + "\nServer CPU per round trip counts the whole load (dials and accepts included). \
-           RSS per connection is the server's peak RSS growth over its RSS at start; page \
-           tables per connection the peak of its VmPTE (sampled every 50 ms) over the start.\n";
+           RSS per connection is the server's peak RSS growth over its RSS at start; idle, \
+           its RSS growth with every connection open and idle 1.5 s after the rounds (the \
+           client holds them, and the load's CPU ends where the hold begins); page tables \
+           per connection the peak of its VmPTE (sampled every 50 ms) over the start.\n";
     let summary = table(
         &[
             "load",
@@ -351,6 +352,7 @@ pub fn run(ctx: &mut Ctx) -> Result<Section, String> {
             "RTT p99 µs",
             "server CPU µs / rt",
             "RSS B / conn",
+            "idle RSS B / conn",
             "weft / peer rt/s",
         ],
         &short,

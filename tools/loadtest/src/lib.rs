@@ -5,7 +5,10 @@
 //! ping delayed by a pseudo-random 0..`stagger_ms` — does `rounds` ping-pongs of `payload`
 //! bytes on each. It reports dial and round-trip percentiles, throughput, and Little's law:
 //! in-flight = throughput × mean RTT, next to the in-flight count it sampled every
-//! millisecond. The last line it prints is JSON.
+//! millisecond. With `--hold-ms H` it then keeps every connection open and idle for H ms
+//! before closing them, and with `--watch-pid PID` reads that process's (the server's) RSS and
+//! page tables at the end of the hold: what the server holds per idle connection. The last
+//! line it prints is JSON.
 //!
 //! Owns: [`Config`] (parsed from the command line), [`Report`] and the run itself.
 //!
@@ -38,6 +41,10 @@ pub struct Config {
     pub payload: usize,
     pub stagger_ms: u64,
     pub dial_timeout_ms: u64,
+    /// How long every connection stays open and idle after its rounds, ms.
+    pub hold_ms: u64,
+    /// The process whose RSS and page tables are read at the end of the hold.
+    pub watch_pid: Option<u32>,
 }
 
 impl Default for Config {
@@ -51,12 +58,15 @@ impl Default for Config {
             payload: 32,
             stagger_ms: 0,
             dial_timeout_ms: 10_000,
+            hold_ms: 0,
+            watch_pid: None,
         }
     }
 }
 
 pub const USAGE: &str = "usage: weft-loadtest --addr 127.0.0.1:PORT [--conns C] [--rounds R] \
-[--batch 64] [--gap-ms 15] [--payload 32] [--stagger-ms 0] [--dial-timeout-ms 10000]";
+[--batch 64] [--gap-ms 15] [--payload 32] [--stagger-ms 0] [--dial-timeout-ms 10000] \
+[--hold-ms 0] [--watch-pid PID]";
 
 /// Parses `--flag value` / `--flag=value` arguments (without the program name).
 ///
@@ -96,6 +106,8 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Config, Str
             "--payload" => config.payload = num(&flag, &value)?,
             "--stagger-ms" => config.stagger_ms = num(&flag, &value)?,
             "--dial-timeout-ms" => config.dial_timeout_ms = num(&flag, &value)?,
+            "--hold-ms" => config.hold_ms = num(&flag, &value)?,
+            "--watch-pid" => config.watch_pid = Some(num(&flag, &value)?),
             _ => return Err(format!("loadtest: unknown flag {flag}\n{USAGE}")),
         }
     }
@@ -172,6 +184,12 @@ pub struct Report {
     pub little_in_flight: f64,
     /// The in-flight count sampled every millisecond over the ping window, averaged.
     pub sampled_in_flight: f64,
+    /// The watched process's VmRSS and VmPTE at the end of the hold, bytes (0 without one).
+    pub held_rss_bytes: u64,
+    pub held_pte_bytes: u64,
+    /// The watched process's CPU time (user + system) when the hold began, seconds (0
+    /// without one): its CPU for the load, without what it does while the connections idle.
+    pub watched_cpu_s: f64,
 }
 
 impl Report {
@@ -214,6 +232,9 @@ impl Report {
             round_trips_per_sec: throughput,
             little_in_flight: throughput * mean / 1e6,
             sampled_in_flight,
+            held_rss_bytes: 0,
+            held_pte_bytes: 0,
+            watched_cpu_s: 0.0,
         }
     }
 
@@ -251,7 +272,7 @@ impl Report {
              \"dial_p99_us\":{},\"ping_window_us\":{},\"rtt_count\":{},\"rtt_failed\":{},\
              \"rtt_p50_us\":{},\"rtt_p99_us\":{},\"rtt_max_us\":{},\"rtt_mean_us\":{:.1},\
              \"round_trips_per_sec\":{:.0},\"little_in_flight\":{:.2},\
-             \"sampled_in_flight\":{:.2}}}",
+             \"sampled_in_flight\":{:.2},\"held_rss_bytes\":{},\"held_pte_bytes\":{},\"watched_cpu_s\":{:.6}}}",
             self.conns_ok,
             self.conns_failed,
             self.dial_total_us,
@@ -267,6 +288,9 @@ impl Report {
             self.round_trips_per_sec,
             self.little_in_flight,
             self.sampled_in_flight,
+            self.held_rss_bytes,
+            self.held_pte_bytes,
+            self.watched_cpu_s,
         )
     }
 }
@@ -278,6 +302,9 @@ struct Shared {
     failed: AtomicUsize,
     start: AtomicBool,
     waiting: Mutex<Vec<weft::task::Task>>,
+    /// Set when the hold ends; the connections wait for it in `held`.
+    release: AtomicBool,
+    held: Mutex<Vec<weft::task::Task>>,
     in_flight: InFlight,
     done: AtomicUsize,
     dials: Mutex<Vec<u64>>,
@@ -321,6 +348,7 @@ pub fn time_limit(config: &Config) -> Duration {
     Duration::from_millis(batches * config.gap_ms + config.dial_timeout_ms)
         + IO_TIMEOUT * (config.rounds as u32 + 1)
         + Duration::from_millis(config.stagger_ms * config.rounds as u64)
+        + Duration::from_millis(config.hold_ms)
         + Duration::from_secs(5)
 }
 
@@ -403,6 +431,7 @@ pub fn run(config: &Config) -> Report {
         samples += 1;
         weft::time::sleep(Duration::from_millis(1));
     }
+    let held = hold(config, &shared);
     for handle in handles {
         let _ = handle.join();
     }
@@ -419,7 +448,7 @@ pub fn run(config: &Config) -> Report {
     };
     let dials = std::mem::take(&mut *shared.dials.lock().unwrap());
     let rtts = std::mem::take(&mut *shared.rtts.lock().unwrap());
-    Report::from_samples(
+    let mut report = Report::from_samples(
         dials,
         shared.failed.load(Ordering::Relaxed),
         dial_total,
@@ -427,7 +456,58 @@ pub fn run(config: &Config) -> Report {
         shared.rtt_failed.load(Ordering::Relaxed),
         window,
         sampled,
-    )
+    );
+    (
+        report.watched_cpu_s,
+        report.held_rss_bytes,
+        report.held_pte_bytes,
+    ) = held;
+    report
+}
+
+/// A field of a process's `/proc/PID/status` in bytes (`field` without its colon, e.g.
+/// `VmRSS`); 0 if it cannot be read.
+pub fn process_status_bytes(pid: u32, field: &str) -> f64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|rest| rest.split_whitespace().next()?.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb * 1024.0)
+}
+
+/// A process's CPU time so far (user + system), seconds, from `/proc/PID/stat`; 0 if it
+/// cannot be read.
+pub fn process_cpu_seconds(pid: u32) -> f64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start at ") ".
+    let rest = text.rsplit(") ").next().unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name.
+    (ticks(11) + ticks(12)) / hz.max(1.0)
+}
+
+/// Keeps the connections open and idle for `hold_ms`, reads the watched process's CPU time
+/// before and its memory after, then lets them close. Every connection that finished its
+/// rounds waits in `held`.
+fn hold(config: &Config, shared: &Shared) -> (f64, u64, u64) {
+    let mut memory = (0.0, 0, 0);
+    if config.hold_ms > 0 {
+        let cpu = config.watch_pid.map_or(0.0, process_cpu_seconds);
+        weft::time::sleep(Duration::from_millis(config.hold_ms));
+        if let Some(pid) = config.watch_pid {
+            let field = |name: &str| process_status_bytes(pid, name) as u64;
+            memory = (cpu, field("VmRSS"), field("VmPTE"));
+        }
+    }
+    // Release: pairs with the Acquire load in `connection`; the unparks below wake them.
+    shared.release.store(true, Ordering::Release);
+    for task in shared.held.lock().unwrap().drain(..) {
+        task.unpark();
+    }
+    memory
 }
 
 /// One connection: dial, wait for the start, ping `rounds` times.
@@ -494,8 +574,16 @@ fn connection(index: usize, config: &Config, shared: &Shared) {
             *last = Some(now);
         }
     }
-    // Release: pairs with the driver's Acquire load of `done`.
+    if config.hold_ms > 0 {
+        shared.held.lock().unwrap().push(weft::task::current());
+    }
+    // Release: pairs with the driver's Acquire load of `done`; our place in `held` is
+    // taken before the driver can see us done.
     shared.done.fetch_add(1, Ordering::Release);
+    // Acquire: pairs with the driver's Release store of `release`.
+    while config.hold_ms > 0 && !shared.release.load(Ordering::Acquire) {
+        weft::task::park();
+    }
 }
 
 /// Reads until `len` bytes of echo are in `buf` (which is longer); false on an error, a
