@@ -98,6 +98,10 @@ pub(super) extern "C" fn fork_parent() {
     }
 }
 
+/// Where the forked child expands an encoded image (`fork_child`).
+struct ForkExpanded([u64; template::TEMPLATE_LEN_MAX / 8]);
+static mut FORK_EXPANDED: ForkExpanded = ForkExpanded([0; template::TEMPLATE_LEN_MAX / 8]);
+
 pub(super) extern "C" fn fork_child() {
     FORKED.store(true, Ordering::Relaxed);
     region::for_each_table_entry(|slot, size, entry| {
@@ -119,8 +123,13 @@ pub(super) extern "C" fn fork_child() {
         unsafe {
             let (stored, bytes) = image_parts(image);
             if image_encoded(image) {
+                // Expanded into a buffer first, then copied as any image: the copy is the one
+                // that may write into a stack (`copy_stack_bytes`, which AddressSanitizer
+                // knows of). A static buffer: the child runs this alone.
                 let len = template::live_len(bytes);
-                template::expand(bytes, slot, (slot + size - len) as *mut u8);
+                let buffer = &raw mut FORK_EXPANDED.0;
+                template::expand(bytes, slot, buffer as *mut u8);
+                copy_stack_bytes((slot + size - len) as *mut u8, buffer as usize, len);
                 sub(&COMPACTED_LIVE_BYTES, len as u64);
             } else {
                 copy_stack_bytes((slot + size - stored) as *mut u8, bytes as usize, stored);
@@ -175,6 +184,12 @@ pub(crate) struct Scratch {
 
 /// Pages a [`Scratch`] holds; restores of more live bytes go through it in pieces.
 const SCRATCH_PAGES: usize = 16;
+// One piece: a restore fills at most [`RESTORE_DEPTH_MAX`] pages or the image's (at most
+// `MAX_COMPACT`, 16 pages of 4 KiB or fewer larger ones), so an encoded image is expanded
+// straight into the scratch buffer, whole.
+const _: () = assert!(
+    RESTORE_DEPTH_MAX <= SCRATCH_PAGES && super::compact::MAX_COMPACT <= SCRATCH_PAGES * 4096
+);
 /// The most pages [`prefill`] fills (256 KiB, a default slot), one `UFFDIO_COPY` from the
 /// zeros of a [`Scratch`] per [`SCRATCH_PAGES`].
 pub(crate) const PREFILL_PAGES_MAX: usize = 64;
@@ -284,8 +299,7 @@ unsafe fn restore_locked(slot: usize, size: usize, image: *mut u8, scratch: &mut
             // The buffer is zeros (`Scratch::buf`): below the image they stay.
             let from = at.max(lo).min(end);
             if from < end && encoded {
-                // An encoded image lies in the slot's top page (template.rs), so in the last
-                // piece, whole.
+                // The fill is one piece ("One piece" above): the image lies in it, whole.
                 debug_assert_eq!(from, lo);
                 template::expand(bytes, slot, scratch.buf.add(from - at));
             } else if from < end {

@@ -41,8 +41,9 @@
 //! `weft::metrics` (`stack_template_bytes`); a process that parks at more distinct places than
 //! the table holds keeps the plain images of the rest.
 //!
-//! Only images of at most [`TEMPLATE_LEN_MAX`] bytes are encoded: they lie in their slot's top
-//! page, so a restore expands one straight into the buffer it fills that page from.
+//! Only images of at most [`TEMPLATE_LEN_MAX`] bytes are encoded. A restore fills a slot in
+//! one piece (restore.rs, "One piece"), so it expands one straight into the buffer it fills
+//! the slot's top pages from.
 //!
 //! May call: `write_once.rs`, `mode.rs` (counters). Called by: `compact.rs`, `restore.rs`.
 //!
@@ -55,9 +56,10 @@ use std::sync::LazyLock;
 use super::mode::{add, TEMPLATES, TEMPLATE_BYTES};
 use super::write_once::WriteOnce;
 
-/// The most live bytes an encoded image covers: one page (4 KiB pages; x86_64 and most
-/// aarch64 kernels). The idle task's image is ≈480 B.
-pub(super) const TEMPLATE_LEN_MAX: usize = 4096;
+/// The most live bytes an encoded image covers (the idle task's image is ≈480 B; under
+/// AddressSanitizer, whose frames carry redzones, ≈8 KiB). Longer ones stay plain: a
+/// template of one takes twice its length, and its staging (compact.rs) a worker's buffer.
+pub(super) const TEMPLATE_LEN_MAX: usize = 16 << 10;
 /// Keys (slot size, live length) hash into this many buckets of [`WAYS`] templates.
 const BUCKETS: usize = 1024;
 /// Templates per bucket: tasks parked at different sites may share a live length.
