@@ -61,7 +61,7 @@ pub(super) fn answer_captures(
 ) {
     // SAFETY: as in `suspend`: the running task's yielder, at the root of this stack.
     let yielder = unsafe { &*header.yielder.get() };
-    while let Some(capture) = header.capture.get() {
+    while let Some(capture) = header.capture() {
         capture::record(capture, site);
         // Through `switch_out`, so that the stack pointer the stack layer keeps is this
         // deeper one: what lies below the first switch's is live now (stack/compact.rs
@@ -102,9 +102,9 @@ impl Worker {
             // stack/compact.rs invariant 4: a compacted stack is restored before anything
             // runs on it, a capture included.
             header.stack.before_resume(header.class.bytes());
-            header.capture.set(Some(NonNull::from(&mut *capture)));
+            header.set_capture(Some(NonNull::from(&mut *capture)));
             let result = coroutine.resume(());
-            header.capture.set(None);
+            header.set_capture(None);
             stack::set_running(None);
             // Step 3: no `publish_parked`, no requeue: the park state is as the task left it.
             if !matches!(result, CoroutineResult::Yield(_)) {

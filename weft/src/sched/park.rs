@@ -251,7 +251,7 @@ pub(super) fn suspend(header: &Header, reason: Suspend, site: Option<(ParkReason
     // lives across the switch for it: the cold path reloads the yielder from the header,
     // `site`'s clock is a slot of the parking frame, and its reason a constant of the park
     // site (park_task is inlined into each), materialised only on the cold path.
-    if header.capture.get().is_some() {
+    if header.capture().is_some() {
         answer_captures(header, reason, site);
     }
 }

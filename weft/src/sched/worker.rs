@@ -621,12 +621,13 @@ impl Worker {
         remote
             .running_site
             .store(site.cast_mut(), Ordering::Relaxed);
-        if header.name.is_some() || self.named_running.get() {
+        let name = header.name();
+        if name.is_some() || self.named_running.get() {
             *remote
                 .running_name
                 .lock()
-                .unwrap_or_else(|e| e.into_inner()) = header.name.clone();
-            self.named_running.set(header.name.is_some());
+                .unwrap_or_else(|e| e.into_inner()) = name.cloned();
+            self.named_running.set(name.is_some());
         }
         super::coop::reset(); // coop.rs invariant 1
         self.spawns_this_resume.set(0);

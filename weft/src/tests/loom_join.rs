@@ -1,6 +1,7 @@
 //! sched/task/join.rs: the result reaches the joiner exactly once, whether the joiner or the
 //! completion comes first, and a cancellation reaches it the same way.
 
+use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 
@@ -40,31 +41,42 @@ fn loom_join_cancellation_reaches_the_joiner() {
     );
 }
 
-/// A result no one joins is dropped exactly once: by the completion when the handle left
-/// first, else by the handle (join.rs invariant 4).
-#[test]
-fn loom_join_detached_result_is_dropped_once() {
-    use loom::sync::atomic::{AtomicUsize, Ordering};
-    struct Counted(Arc<AtomicUsize>);
-    impl Drop for Counted {
-        fn drop(&mut self) {
-            self.0.fetch_add(1, Ordering::Relaxed);
-        }
+/// A result that counts its drops.
+struct Counted(Arc<AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
     }
-    loom::model(|| {
-        let drops = Arc::new(AtomicUsize::new(0));
-        let slot = Arc::new(JoinSlot::<Counted>::new());
-        let task = {
-            let (slot, drops) = (slot.clone(), drops.clone());
-            thread::spawn(move || match slot.complete(Ok(Counted(drops))) {
-                Completion::Detached(result) => drop(result),
-                Completion::Joined(waiter) => assert!(waiter.is_none()),
-            })
-        };
-        drop(slot.detach());
-        task.join().unwrap();
-        assert_eq!(drops.load(Ordering::Relaxed), 1);
-    });
+}
+
+/// Every result is dropped exactly once, whoever ends up with it — the joiner (then the
+/// handle's drop finds it TAKEN), the handle's drop, or a completion that found the handle
+/// gone (join.rs invariant 4) — and none is left in the slot when it is freed (join.rs invariant 1: the result is
+/// a `MaybeUninit` that holds a value exactly in state DONE).
+#[test]
+fn loom_join_every_result_is_dropped_once_whoever_takes_it() {
+    for joiner_polls in [false, true] {
+        loom::model(move || {
+            let drops = Arc::new(AtomicUsize::new(0));
+            let slot = Arc::new(JoinSlot::<Counted>::new());
+            let task = {
+                let (slot, drops) = (slot.clone(), drops.clone());
+                thread::spawn(move || match slot.complete(Ok(Counted(drops))) {
+                    Completion::Detached(result) => drop(result),
+                    Completion::Joined(waiter) => assert!(waiter.is_none()),
+                })
+            };
+            if joiner_polls {
+                // A poll that may find the result, then the handle's drop.
+                drop(slot.poll_wait(|waiter| *waiter = None));
+            }
+            drop(slot.detach());
+            task.join().unwrap();
+            drop(slot);
+            assert_eq!(drops.load(Ordering::Relaxed), 1);
+        });
+    }
 }
 
 /// A joiner that gives up (join_timeout) while the completion runs: either it takes the

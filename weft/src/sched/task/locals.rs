@@ -101,10 +101,10 @@ pub(crate) fn with_locals<R>(f: impl FnOnce(&mut TaskLocals) -> R) -> R {
             // SAFETY: the running task's header is alive for the whole resume, and we run in
             // that task.
             let header = unsafe { header.as_ref() };
-            let mut locals = header.locals.get();
+            let mut locals = header.locals();
             if locals.is_null() {
                 locals = Box::into_raw(Box::default());
-                header.locals.set(locals);
+                header.set_locals(locals);
             }
             // SAFETY: only this task touches its storage, on this thread (module doc), and no
             // other borrow of it is live: callers do not re-enter (invariant 1).
@@ -128,7 +128,7 @@ pub(crate) fn with_header_locals<R>(
     header: &Header,
     f: impl FnOnce(Option<&mut TaskLocals>) -> R,
 ) -> R {
-    let locals = header.locals.get();
+    let locals = header.locals();
     // SAFETY: as in `with_locals`: the caller is the task, on its thread.
     f(unsafe { locals.as_mut() })
 }
@@ -139,7 +139,8 @@ pub(crate) fn drop_task_locals(header: &Header) {
     // A destructor may make new task-locals: go on until none is left, a bounded number of
     // rounds, as std does for thread-locals.
     for _ in 0..16 {
-        let locals = header.locals.replace(std::ptr::null_mut());
+        let locals = header.locals();
+        header.set_locals(std::ptr::null_mut());
         let Some(locals) = NonNull::new(locals) else {
             return;
         };
@@ -157,7 +158,7 @@ pub(crate) fn drop_task_locals(header: &Header) {
         }
     }
     eprintln!("weft: task-local destructors keep making task-locals; leaking the rest");
-    header.locals.set(std::ptr::null_mut());
+    header.set_locals(std::ptr::null_mut());
 }
 
 /// The unwind payload of a park in a cancelled scope: the address of that scope (its

@@ -9,13 +9,14 @@
 //!
 //! | field        | who                                                                  |
 //! |--------------|----------------------------------------------------------------------|
-//! | `id`, `name`, `spawn_site`, `class`, `vtable` | anyone (immutable)                     |
+//! | `id`, `spawn_site`, `class`, `vtable`, `extras`' `name` | anyone (immutable)           |
+//! | `extras`     | set once: at the spawn (a named task), or by the task's worker thread at the first use of `locals` or `capture`; read by anyone with Acquire |
 //! | `refs`       | anyone holding a reference ([`Task`], a `JoinHandle`, a parked task's park state) |
 //! | `park`       | anyone, through the protocol in `park/state.rs`                      |
 //! | `home`       | written once by the first worker to run the task, before the task runs; read by wakers only after they saw the task PARKED (invariant 2) |
 //! | `run`        | the task's worker only (invariant 1)                                  |
 //! | `interrupt`  | anyone sets bits (`Task::cancel`, a cancelled `Context`, shutdown); the task reads them at its parks and clears `SCOPE` |
-//! | `yielder`, `unwinding`, `locals`, `stack`, `capture` | the task's worker and the task itself, on that worker's thread |
+//! | `yielder`, `unwinding`, `stack`, `extras`' `locals` and `capture` | the task's worker and the task itself, on that worker's thread |
 //!
 //! Invariants:
 //! 1. A task that has started runs on one OS thread for its whole life: its coroutine is
@@ -52,7 +53,7 @@ use std::fmt;
 use std::num::NonZeroU64;
 use std::panic::Location;
 use std::ptr::NonNull;
-use std::sync::atomic::{self, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{self, AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use corosensei::{Coroutine, Yielder};
@@ -214,7 +215,8 @@ pub(crate) struct Header {
     vtable: &'static CellVtable,
     pub(crate) id: TaskId,
     pub(crate) park: ParkState,
-    pub(crate) name: Option<Arc<str>>,
+    /// What few tasks use ([`Extras`]), null until then; freed with the header.
+    extras: AtomicPtr<Extras>,
     pub(crate) spawn_site: &'static Location<'static>,
     pub(crate) class: SizeClass,
     home: UnsafeCell<Option<Arc<Remote>>>,
@@ -222,12 +224,6 @@ pub(crate) struct Header {
     pub(crate) yielder: Cell<*const Yielder<(), Suspend>>,
     /// Cancellation requests ([`interrupt`] bits): why the task must unwind at its next park.
     pub(crate) interrupt: AtomicU8,
-    /// The task's task-locals and bound contexts (locals.rs), allocated at first use;
-    /// null until then. Never dropped with the header: the task drops it when it ends.
-    pub(crate) locals: Cell<*mut TaskLocals>,
-    /// Set by the task's worker around a resume that asks the task to record where it waits
-    /// instead of running (sched/dump.rs, "Capturing a parked task").
-    pub(crate) capture: Cell<Option<NonNull<Capture>>>,
     /// The task was unwinding when it last parked (sched/park.rs, "Parking while
     /// panicking").
     pub(crate) unwinding: Cell<bool>,
@@ -236,13 +232,13 @@ pub(crate) struct Header {
 }
 
 // SAFETY: the fields that are not Sync on their own are confined as the table in the module
-// doc says: `run`, `yielder`, `unwinding`, `locals` and `capture` are touched only on the task's home worker thread
+// doc says: `run`, `yielder`, `unwinding`, and `extras`' `locals` and `capture` are touched only on the task's home worker thread
 // (invariant 1), or, for `run` in state New, by whichever single worker popped the task from a
 // queue; `home` is written once before it can be read elsewhere (invariant 2).
 unsafe impl Sync for Header {}
 // SAFETY: a Header moves between threads behind its task's references. Its `RunState::New` content
 // is a slot of memory; a `Started` coroutine, which is not `Send`, is only ever dropped on its
-// home thread (invariant 3). `locals` (which may hold `!Send` values) is made by the task on its
+// home thread (invariant 3). `extras`' `locals` (which may hold `!Send` values) is made by the task on its
 // home thread and dropped there when the task ends (task/local.rs invariant 3), or leaked with
 // a leaked stack; it is never dropped with the header.
 unsafe impl Send for Header {}
@@ -265,15 +261,16 @@ impl Header {
             vtable,
             id: TaskId::next(),
             park: ParkState::new(),
-            name,
+            extras: AtomicPtr::new(match name {
+                None => std::ptr::null_mut(),
+                Some(name) => Box::into_raw(Box::new(Extras::new(Some(name)))),
+            }),
             spawn_site,
             class,
             home: UnsafeCell::new(None),
             run: UnsafeCell::new(RunState::New { slot }),
             yielder: Cell::new(std::ptr::null()),
             interrupt: AtomicU8::new(0),
-            locals: Cell::new(std::ptr::null_mut()),
-            capture: Cell::new(None),
             unwinding: Cell::new(false),
             stack: stack::ParkedStack::default(),
         }
@@ -299,6 +296,67 @@ impl Header {
         unsafe { *self.home.get() = Some(remote) };
     }
 
+    /// The task's extras, if it has any.
+    #[inline]
+    fn extras(&self) -> Option<&Extras> {
+        // Acquire: pairs with the Release that published them (`extras_or_make`), or with
+        // the task's publication at its spawn.
+        let extras = self.extras.load(Ordering::Acquire);
+        // SAFETY: set once to a leaked Box, freed only with the header.
+        unsafe { extras.as_ref() }
+    }
+
+    /// The task's extras, made now if it has none; only on the task's worker thread, which
+    /// alone makes them after the spawn (the module doc's table).
+    fn extras_or_make(&self) -> &Extras {
+        if let Some(extras) = self.extras() {
+            return extras;
+        }
+        let extras = Box::into_raw(Box::new(Extras::new(None)));
+        // Release: the new extras' fields before their address, for `extras`' readers.
+        self.extras.store(extras, Ordering::Release);
+        // SAFETY: just published; freed only with the header.
+        unsafe { &*extras }
+    }
+
+    /// The name given at the spawn, if any.
+    #[inline]
+    pub(crate) fn name(&self) -> Option<&Arc<str>> {
+        self.extras()?.name.as_ref()
+    }
+
+    /// The task's task-locals and bound contexts (locals.rs), allocated at first use; null
+    /// until then. Never dropped with the header: the task drops them when it ends. Only on
+    /// the task's worker thread.
+    pub(crate) fn locals(&self) -> *mut TaskLocals {
+        self.extras()
+            .map_or(std::ptr::null_mut(), |extras| extras.locals.get())
+    }
+
+    /// Sets [`locals`](Self::locals); as it, only on the task's worker thread.
+    pub(crate) fn set_locals(&self, locals: *mut TaskLocals) {
+        if locals.is_null() && self.extras().is_none() {
+            return;
+        }
+        self.extras_or_make().locals.set(locals);
+    }
+
+    /// The capture the task's worker asks for around a resume, that the task record where it
+    /// waits instead of running (sched/dump.rs, "Capturing a parked task"); on every resume,
+    /// so one load for a task with no extras.
+    #[inline]
+    pub(crate) fn capture(&self) -> Option<NonNull<Capture>> {
+        self.extras()?.capture.get()
+    }
+
+    /// Sets [`capture`](Self::capture); by the task's worker only.
+    pub(crate) fn set_capture(&self, capture: Option<NonNull<Capture>>) {
+        if capture.is_none() && self.extras().is_none() {
+            return;
+        }
+        self.extras_or_make().capture.set(capture);
+    }
+
     /// The worker the task lives on; `None` before it started.
     pub(crate) fn home(&self) -> Option<&Arc<Remote>> {
         // SAFETY: invariant 2: callers (wakers) reach here only after seeing the task PARKED,
@@ -307,10 +365,39 @@ impl Header {
     }
 }
 
+impl Drop for Header {
+    fn drop(&mut self) {
+        let extras = *self.extras.get_mut();
+        if !extras.is_null() {
+            // SAFETY: made by `Box::into_raw` (`new`, `extras_or_make`); `&mut self`: no one
+            // else holds the header, so no reference to them is left.
+            drop(unsafe { Box::from_raw(extras) });
+        }
+    }
+}
+
+/// What few tasks use, behind one pointer of [`Header`] (24 bytes fewer in every task's
+/// cell): its name (set at the spawn), its task-locals, a dump's capture.
+struct Extras {
+    name: Option<Arc<str>>,
+    locals: Cell<*mut TaskLocals>,
+    capture: Cell<Option<NonNull<Capture>>>,
+}
+
+impl Extras {
+    fn new(name: Option<Arc<str>>) -> Extras {
+        Extras {
+            name,
+            locals: Cell::new(std::ptr::null_mut()),
+            capture: Cell::new(None),
+        }
+    }
+}
+
 impl stack::DescribeTask for Header {
     fn describe(&self, out: &mut dyn fmt::Write) -> fmt::Result {
         write!(out, "task {}", self.id.0)?;
-        if let Some(name) = &self.name {
+        if let Some(name) = self.name() {
             write!(out, " \"{name}\"")?;
         }
         write!(
@@ -330,7 +417,7 @@ impl TaskView for Header {
     }
 
     fn name(&self) -> Option<&Arc<str>> {
-        self.name.as_ref()
+        Header::name(self)
     }
 
     fn spawn_site(&self) -> &'static Location<'static> {
@@ -452,7 +539,7 @@ impl Task {
 
     /// The name given with [`Builder::name`](crate::task::Builder::name), if any.
     pub fn name(&self) -> Option<&str> {
-        self.header().name.as_deref()
+        self.header().name().map(|name| &**name)
     }
 
     /// Where the task was spawned.
