@@ -116,9 +116,11 @@
 //!
 //! # What an idle task's bytes are
 //! Measured on `examples/million` (a million tasks parked on a gate, settled), release build,
-//! x86_64, 2026-12-06: 359 B of RSS each, plus 2 B of page tables (789 B before images were
-//! stored as differences from a template). The image's live bytes are 480; the frames in them,
-//! read with gdb at the park (each frame's canonical frame address, from the slot's top down):
+//! x86_64, 2026-12-06: 287–293 B of RSS each, plus 2 B of page tables (789 B before images
+//! were stored as differences from a template, 359 B before the task cell shrank). The
+//! image's live bytes were 480 when the frames in them were read with gdb at the park (each
+//! frame's canonical frame address, from the slot's top down; 464 B since the task cell
+//! shrank, which frame gave up its 16 B was not read again):
 //!
 //! | bytes | what |
 //! |---|---|
@@ -134,29 +136,31 @@
 //! out-of-line `Yielder::suspend`'s return address, frame and pushes) plus 64 B of slack,
 //! rounded to 16.
 //!
-//! Of those 60 words, a task's image differs from its template's (template.rs: the first
-//! image of its length, from another task parked at the same gate) in 8 to 10, read by
-//! dumping them: six pointers into the task's own cell (its header, its join slot; all at the
-//! two cells' distance, so stored as one *shift*), a timestamp, the task's index (the
-//! closure's own state), and, for a task on the other worker than the template's, two
-//! pointers into that worker. Stored: the arena's header 8 B, the encoding's head 8 B, its
-//! bitmap 8 B, the shift 8 B and 2–4 words: 48–64 B, 60 B on average
-//! (`image_bytes_per_task` of `weft::metrics`; 488 B as plain bytes).
+//! Of those 58 words, a task's image differs from its template's (template.rs: an image of
+//! its length from another task parked at the same gate) in 8 or 11, read by dumping them:
+//! six pointers into the task's own cell (its header, its join slot; all at the two cells'
+//! distance, so stored as one *shift*), a timestamp, the task's index (the closure's own
+//! state), and, for a task on the other worker than the template's, three pointers into that
+//! worker (at the two workers' distance: a second shift). Stored: the arena's header 8 B, the
+//! encoding's head 8 B, its bitmap 8 B, one or two shifts and 2 words: 48 or 56 B, 51–56 B on
+//! average (`image_bytes_per_task` of `weft::metrics`; 488 B as plain bytes). In 1 run of 3
+//! the site's first image was an odd one (seven dead words holding other values); before
+//! template.rs took a close template over the first that merely saved, every later image
+//! paid for them (100 B a task).
 //!
 //! The rest is not the stack (sizes by `size_of`, capacities from the vectors' doubling):
-//! the task cell, 256 B (`Header` 152 B + `JoinSlot<()>` 48 B + the closure 24 B = 224 B,
-//! rounded up to cell_cache's 64-byte granule); the worker's live list, a `slab::Slab<Task>`
+//! the task cell, 192 B (`Header` 128 B + `JoinSlot<()>` 40 B + the closure 24 B, at
+//! cell_cache's 64-byte granule); the worker's live list, a `slab::Slab<Task>`
 //! entry of 16 B (≈16.8 B: each of two workers' slabs holds ≈500K at a capacity of 2^19);
 //! this slot's entry in the compaction table, 8 B; and the example's own `JoinHandle` and gate
 //! waiter, 8 B each (≈8.4 B each with their vectors' spare capacity).
-//! 60 + 256 + 16.8 + 8 + 2 × 8.4 = 357.6 B against 359 measured.
+//! 51–56 + 192 + 16.8 + 8 + 2 × 8.4 = 285–290 B against 287–293 measured.
 //!
-//! What stands between this and 300 B: the cell is now most of a task (256 B). `Header`
-//! holds a 16-byte `Option<Arc<str>>` name and several pointer-sized fields used only by a
-//! few tasks (locals, a dump's capture); moving them behind one pointer would bring the cell
-//! to 192 B at the 64-byte granule, whose alignment keeps two tasks' atomics off one cache
-//! line. The margin's slack (64 B of the image's live bytes) no longer costs memory: it is
-//! the same in every image and lives in the template.
+//! What is left: the cell (192 B) is two thirds of a task. `Header`'s rarely used fields (the
+//! name, task-locals, a dump's capture) sit behind one pointer already; the 64-byte granule
+//! keeps two tasks' atomics off one cache line, so the next step down (128 B) needs a header
+//! of ≈64 B. The margin's slack (64 B of the image's live bytes) no longer costs memory: it
+//! is the same in every image and lives in the template.
 //!
 //! # fork
 //! A child process loses the userfaultfd registration and would read compacted stacks as

@@ -72,8 +72,8 @@
 //! image (`arena.rs`), stored as its difference from the image of another task parked at the
 //! same place (`template.rs`), and releases the whole slot, guard marker included, so that
 //! whole 2 MiB windows of parked slots also give back their page-table page. Measured here
-//! (`examples/million.rs --settle-ms`): a million idle tasks settle from 4,850 to 358 B each
-//! (RSS + page tables), 357 B once they had used 8 KiB of stack, 374 B (100K) 64 KiB. Compaction is
+//! (`examples/million.rs --settle-ms`): a million idle tasks settle from 4,850 to 288–295 B each
+//! (RSS + page tables), 291 B once they had used 8 KiB of stack, 317 B (100K) 64 KiB. Compaction is
 //! sound only where the kernel holds *every* access to a released page until it is filled
 //! again — other threads may write into a parked task's locals, weft's own channel waiters
 //! live there — which is what [`mode`] reports; the argument is in `compact.rs`. On kernels

@@ -15,13 +15,16 @@
 //! then a bitmap of the words where it differs from the template — a marked word compared
 //! after adding this slot's base — and those words. Most of the differing words of an idle
 //! task point into its own task cell, each at the same distance from the template's word
-//! (the two cells' distance): one such distance is stored once, and a bit per differing word
-//! (for the first 32) says which words are the template's plus it:
+//! (the two cells' distance), and, on another worker than the template's task, into that
+//! worker (the two workers' distance): up to two such distances (*shifts*) are stored once,
+//! and two bits per differing word (for the first 16) say which words are the template's
+//! plus one of them:
 //!
 //! ```text
-//!   plain image:    [header][live bytes (len)                                   ]
-//!   encoded image:  [header][template | len | shifted][differs: len/8 bits][shift][words]
-//!   expansion:      word i = differs[i] ? (shifted[k] ? template(i) + shift : next word)
+//!   plain image:    [header][live bytes (len)                                      ]
+//!   encoded image:  [header][template | len | codes][differs: len/8 bits][shifts][words]
+//!   expansion:      word i = differs[i] ? (codes[k] = c > 0 ? template(i) + shift[c]
+//!                                                           : next word)
 //!                          : template(i)          (k: how many differing words before i)
 //!                   template(i) = relative[i] ? template[i] + slot base : template[i]
 //! ```
@@ -33,8 +36,8 @@
 //! Correct for any template: the encoding records every word that differs, so a poor template
 //! only makes an image larger (it stays plain when the encoding would not be smaller). Which
 //! templates exist decides only how much is saved. A template is the first image of a
-//! (slot size, live length) that found no close template (fewer than half its words differing)
-//! among the ones already made for that key, up to [`WAYS`] per key; it is never freed or
+//! (slot size, live length) that found no close template (one word in 16 differing, see
+//! [`encode`]) among the ones already made for that key, up to [`WAYS`] per key; it is never freed or
 //! changed, so the fault thread and every restore read it with one Acquire load and no lock,
 //! and no reference count is kept (a freed template would have to wait for the last image that
 //! names it). Their memory is bounded ([`TEMPLATE_BYTES_MAX`]) and counted in
@@ -51,6 +54,7 @@
 //! nor the repetition across images, and costs more per restore than the expansion here (a
 //! pass over ≈60 words).
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::LazyLock;
 
 use super::mode::{add, TEMPLATES, TEMPLATE_BYTES};
@@ -67,9 +71,13 @@ const WAYS: usize = 4;
 /// Bytes all templates may take together (a template of the longest image takes 8 KiB, of
 /// an idle task ≈1 KiB).
 const TEMPLATE_BYTES_MAX: u64 = 4 << 20;
-/// Differing words an encoded image can mark as the template's plus its shift: the first 32
-/// (the head word's top half).
-const SHIFTED_MAX: usize = 32;
+/// Differing words an encoded image can code as the template's plus one of its shifts: the
+/// first 16 (two bits each in the head word's top half: 0 a word of its own, 1 or 2 a shift).
+const SHIFTED_MAX: usize = 16;
+/// Distances an encoded image stores once: an idle task's pointers into its own cell share
+/// one, its pointers into its worker another (for a task on another worker than its
+/// template's).
+const SHIFTS: usize = 2;
 const _: () = assert!(BUCKETS * WAYS <= 1 << 16 && TEMPLATE_LEN_MAX < 1 << 16);
 
 /// A template: an image's words, normalised against its slot's base.
@@ -125,30 +133,79 @@ fn bucket(slot_size: usize, words: usize) -> usize {
 /// words), into `out` as a difference from a template, making the template if none is close.
 /// False where the image stays plain: too long, no template to be had, or no saving.
 ///
-/// The first template of its key that differs in at most half the words is taken, not the
-/// closest: ways are made only when none is that close, so a later one is seldom closer, and
-/// trying one costs a pass over the image.
+/// The first template of its key whose encoding is *close* ([`close_len`]) is taken; where
+/// none is, a template is made from this image in the next free way, or, with every way
+/// taken, the smallest encoding is kept, and its way and length are remembered for the
+/// bucket ([`HINTS`]): later images try that way first and take it when they encode no
+/// larger. Taking merely the first template that saved anything let one odd first image (a
+/// task whose dead stack words held other values) cost every later image of its site 6 words
+/// more: 100 B a task instead of 60 in 1 of 3 runs of `examples/million`. A way costs a pass
+/// over the image (≈60 words for an idle task); the hint keeps a site whose images are all a
+/// few words apart from paying four (`weft-bench probe`'s million took 0.7 s longer to park
+/// without it).
 pub(super) fn encode(raw: &[u64], slot: usize, slot_size: usize, out: &mut Vec<u64>) -> bool {
     let words = raw.len();
     if words == 0 || words * 8 > TEMPLATE_LEN_MAX {
         return false;
     }
-    let first = bucket(slot_size, words) * WAYS;
+    let bucket = bucket(slot_size, words);
+    let first = bucket * WAYS;
+    let of_key = |t: &&Template| t.slot_size == slot_size && t.words.len() == words;
+    // Relaxed: a hint only orders the search; any value is a correct one.
+    let hint = HINTS[bucket].load(Ordering::Relaxed);
+    let hinted = (hint & 0xff) as usize;
+    if hinted != 0 {
+        let index = first + hinted - 1;
+        if TABLE.get(index).filter(of_key).is_some_and(|t| {
+            encode_against(t, index, raw, slot, out, words / 2)
+                && out.len() <= close_len(words).max(hint as usize >> 8)
+        }) {
+            return true;
+        }
+    }
+    // The smallest encoding found that is not close: (its length, its way).
+    let mut best: Option<(usize, usize)> = None;
     for index in first..first + WAYS {
         let Some(template) = TABLE.get(index) else {
             // Ways fill in order: none after an empty one. Its own template matches the
             // image whole; one another thread made there first, as it does.
-            return made(index, raw, slot, slot_size)
-                .is_some_and(|t| encode_against(t, index, raw, slot, out, words / 2));
+            if made(index, raw, slot, slot_size)
+                .is_some_and(|t| encode_against(t, index, raw, slot, out, words / 2))
+            {
+                return true;
+            }
+            break;
         };
-        if template.slot_size == slot_size
-            && template.words.len() == words
-            && encode_against(template, index, raw, slot, out, words / 2)
-        {
-            return true;
+        if of_key(&template) && encode_against(template, index, raw, slot, out, words / 2) {
+            if out.len() <= close_len(words) {
+                return true;
+            }
+            if best.is_none_or(|(len, _)| out.len() < len) {
+                best = Some((out.len(), index));
+            }
         }
     }
-    false
+    // No close template and no way to make one: the smallest encoding, made again (`out`
+    // holds the last one tried).
+    best.is_some_and(|(len, index)| {
+        let hint = (index - first + 1) as u32 | (len.min(1 << 23) as u32) << 8;
+        HINTS[bucket].store(hint, Ordering::Relaxed);
+        TABLE
+            .get(index)
+            .is_some_and(|t| encode_against(t, index, raw, slot, out, words / 2))
+    })
+}
+
+/// Per bucket, the way whose encoding the last search found smallest among templates none of
+/// which was close, and that encoding's length in words: `way + 1 | len << 8`; 0 for none.
+static HINTS: [AtomicU32; BUCKETS] = [const { AtomicU32::new(0) }; BUCKETS];
+
+/// The longest encoding (in words, head included) of an image of `words` words that counts
+/// as close to its template: its head, bitmap and a shift, and one differing word in 16. An
+/// idle task's is 5 words against a template made on its worker, 6 against one made on
+/// another (the second shift: its pointers into its worker).
+fn close_len(words: usize) -> usize {
+    2 + words.div_ceil(64) + words / 16
 }
 
 /// Encodes `raw` into `out` against `template` (at `index` of the table), in one pass: false
@@ -163,8 +220,8 @@ fn encode_against(
 ) -> bool {
     let words = raw.len();
     let bitmap = words.div_ceil(64);
-    // The head, the bitmap, a place for the shift, then the differing words.
-    let at = 2 + bitmap;
+    // The head, the bitmap, (the shifts, placed last), then the differing words.
+    let at = 1 + bitmap;
     out.clear();
     out.reserve(at + words);
     out.push(index as u64 | (words as u64 * 8) << 16);
@@ -191,30 +248,26 @@ fn encode_against(
             out.push(w);
         }
     }
-    // The shift: the distance most of the first differing words share, worth its word where
-    // two or more share it; those words are then left out.
+    // The shifts: the distances the most of the first differing words share, each worth its
+    // word where two or more share it; those words are then left out and coded instead.
     let deltas = &deltas[..n.min(SHIFTED_MAX)];
-    let (shift, shared) = deltas
-        .iter()
-        .map(|&d| (d, deltas.iter().filter(|&&e| e == d).count()))
-        .max_by_key(|&(_, count)| count)
-        .unwrap_or((0, 0));
-    if shared >= 2 {
-        out[at - 1] = shift;
-        let mut kept = at;
-        for k in 0..n {
-            let w = out[at + k];
-            if k < SHIFTED_MAX && deltas[k] == shift {
-                out[0] |= 1 << (32 + k);
-            } else {
+    let shifts = common_deltas(deltas);
+    let mut kept = at;
+    for k in 0..n {
+        let w = out[at + k];
+        match shifts
+            .iter()
+            .position(|&s| k < SHIFTED_MAX && Some(deltas[k]) == s)
+        {
+            Some(code) => out[0] |= (code as u64 + 1) << (32 + 2 * k),
+            None => {
                 out[kept] = w;
                 kept += 1;
             }
         }
-        out.truncate(kept);
-    } else {
-        out.remove(at - 1);
     }
+    out.truncate(kept);
+    out.splice(at..at, shifts.iter().flatten().copied());
     if out.len() >= words {
         return false;
     }
@@ -234,15 +287,29 @@ fn encode_against(
     true
 }
 
+/// The two deltas shared by the most of `deltas` (by two or more each), most shared first.
+fn common_deltas(deltas: &[u64]) -> [Option<u64>; SHIFTS] {
+    let mut shifts = [None; SHIFTS];
+    for i in 0..SHIFTS {
+        let taken = &shifts[..i];
+        shifts[i] = deltas
+            .iter()
+            .filter(|&&d| !taken.contains(&Some(d)))
+            .map(|&d| (d, deltas.iter().filter(|&&e| e == d).count()))
+            .filter(|&(_, count)| count >= 2)
+            .max_by_key(|&(_, count)| count)
+            .map(|(d, _)| d);
+    }
+    shifts
+}
+
 /// Makes the template at `index` from `raw`, within the budget; the one another thread made
 /// there first if it lost the race and that one fits.
 fn made(index: usize, raw: &[u64], slot: usize, slot_size: usize) -> Option<&'static Template> {
     let template = Box::new(Template::new(raw, slot, slot_size));
     let bytes = template.bytes();
-    if TEMPLATE_BYTES.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed) + bytes
-        > TEMPLATE_BYTES_MAX
-    {
-        TEMPLATE_BYTES.fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
+    if TEMPLATE_BYTES.fetch_add(bytes, Ordering::Relaxed) + bytes > TEMPLATE_BYTES_MAX {
+        TEMPLATE_BYTES.fetch_sub(bytes, Ordering::Relaxed);
         return None;
     }
     match TABLE.publish(index, template) {
@@ -251,7 +318,7 @@ fn made(index: usize, raw: &[u64], slot: usize, slot_size: usize) -> Option<&'st
             Some(template)
         }
         Err((_, other)) => {
-            TEMPLATE_BYTES.fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
+            TEMPLATE_BYTES.fetch_sub(bytes, Ordering::Relaxed);
             (other.slot_size == slot_size && other.words.len() == raw.len()).then_some(other)
         }
     }
@@ -284,14 +351,18 @@ pub(super) unsafe fn expand(payload: *const u8, slot: usize, dst: *mut u8) {
         debug_assert_eq!(template.words.len(), words);
         let bitmap = std::slice::from_raw_parts(payload.add(1), words.div_ceil(64));
         let mut differing = payload.add(1 + bitmap.len());
-        let mut shifted = head >> 32;
-        let shift = if shifted != 0 {
-            let shift = differing.read();
-            differing = differing.add(1);
-            shift
+        let mut codes = head >> 32;
+        // Code 2 used: both shifts are stored; else code 1: the first; else none.
+        let stored = if codes & 0xaaaa_aaaa != 0 {
+            2
         } else {
-            0
+            usize::from(codes != 0)
         };
+        let mut shifts = [0u64; SHIFTS];
+        for shift in &mut shifts[..stored] {
+            *shift = differing.read();
+            differing = differing.add(1);
+        }
         debug_assert_eq!(dst as usize % 8, 0);
         let dst = std::slice::from_raw_parts_mut(dst as *mut u64, words);
         for ((d, &t), &r) in dst.iter_mut().zip(&template.words).zip(&template.relative) {
@@ -302,14 +373,15 @@ pub(super) unsafe fn expand(payload: *const u8, slot: usize, dst: *mut u8) {
             while bits != 0 {
                 let d = &mut dst[piece * 64 + bits.trailing_zeros() as usize];
                 bits &= bits - 1;
-                *d = if shifted & 1 != 0 {
-                    d.wrapping_add(shift)
-                } else {
-                    let w = differing.read();
-                    differing = differing.add(1);
-                    w
+                *d = match codes & 3 {
+                    0 => {
+                        let w = differing.read();
+                        differing = differing.add(1);
+                        w
+                    }
+                    code => d.wrapping_add(shifts[code as usize - 1]),
                 };
-                shifted >>= 1;
+                codes >>= 2;
             }
         }
     }
@@ -347,14 +419,16 @@ mod tests {
 
     /// An image "parked at one site" in the slot at `slot`: shared words, pointers into its
     /// own slot, pointers into its own cell (at a distance from the template's that they
-    /// share), and a few words of its own.
+    /// share), pointers into its worker (one of two), and a few words of its own.
     fn image(words: usize, slot: usize, own: u64, size: usize) -> Vec<u64> {
         let cell = 0x7000_0000_0000 + own * 0x100;
+        let worker = 0x7100_0000_0000 + (own % 2) * 0x20_0000;
         (0..words)
             .map(|i| match i % 8 {
                 0 | 3 => (slot + size - 64 - i * 8) as u64, // a frame pointer, a local's address
-                5 if i % 16 == 5 => own.wrapping_mul(i as u64 + 1), // the task's own values
+                5 if i % 32 == 5 => own.wrapping_mul(i as u64 + 1), // the task's own values
                 6 if i % 16 == 6 => cell + i as u64 * 8,    // into its cell
+                7 if i % 16 == 15 => worker + i as u64 * 8, // into its worker
                 _ => 0x5555_0000_0000 + i as u64,           // return addresses, shared values
             })
             .collect()
@@ -368,10 +442,53 @@ mod tests {
         for k in 2..50u64 {
             let slot = (k as usize * 13 + 100) * size;
             let bytes = round_trip(&image(60, slot, k, size), slot, size).expect("encoded");
-            // A head word, a bitmap word, the shift, 4 own words (the 4 cell words are
-            // shifted).
-            assert_eq!(bytes, 7 * 8, "image {k}");
+            // A head word, a bitmap word, the cell's shift, 2 own words (the 4 cell words are
+            // shifted); on the other worker than the template's image, its shift too (the 3
+            // worker words are shifted).
+            let worker_shift = usize::from(k % 2 == 0);
+            assert_eq!(bytes, (5 + worker_shift) * 8, "image {k}");
         }
+    }
+
+    /// A site's first image is odd (dead words that held other values): the images after it
+    /// are not left to differ from it in those words; one of them makes a template of its own.
+    #[test]
+    fn an_odd_first_image_does_not_cost_the_rest() {
+        let size = SIZE << 4;
+        let mut odd = image(60, 3 * size, 1, size);
+        for i in [33, 34, 35, 36, 44, 45, 46] {
+            odd[i] = 0x7fff_ffff_ffff_ffff - i as u64;
+        }
+        assert_eq!(round_trip(&odd, 3 * size, size), Some(16), "against itself");
+        let sizes: Vec<usize> = (2..40u64)
+            .map(|k| {
+                let slot = (k as usize * 7 + 50) * size;
+                round_trip(&image(60, slot, k, size), slot, size).expect("encoded") / 8
+            })
+            .collect();
+        // Image 2 made the second way's template; the rest encode against it.
+        assert_eq!(sizes[0], 2);
+        assert!(sizes[1..].iter().all(|&words| words <= 6), "{sizes:?}");
+    }
+
+    /// A site whose images are all a few words apart (none close to another): the first
+    /// [`WAYS`] make templates, the rest take their smallest encoding (then the hinted way).
+    #[test]
+    fn images_close_to_no_template_take_the_smallest_encoding() {
+        let size = SIZE << 5;
+        let sizes: Vec<usize> = (1..30u64)
+            .map(|k| {
+                let slot = (k as usize * 5 + 9) * size;
+                let mut raw = image(60, slot, k, size);
+                for i in (1..60).step_by(8) {
+                    raw[i] = xorshift(&mut (k << 8 | i as u64)); // its own
+                }
+                round_trip(&raw, slot, size).expect("encoded") / 8
+            })
+            .collect();
+        assert!(sizes[..WAYS].iter().all(|&words| words == 2), "{sizes:?}");
+        // Head, bitmap, the cell's and the worker's shifts, 2 + 8 words of its own.
+        assert!(sizes[WAYS..].iter().all(|&words| words <= 14), "{sizes:?}");
     }
 
     #[test]
