@@ -30,6 +30,14 @@
 //!
 //! May call: `park`. Called by: users.
 //!
+//! Why a waiter's node is an `Arc` on the heap rather than a node on the waiter's own stack
+//! (as the channels' are): a waiter parked past the compaction age has its stack compacted,
+//! and whoever wakes it would read and write a node there from another thread, each such
+//! touch a fault served by the fault thread (stack/compact.rs), one trip per waiter. Tried
+//! for `WaitGroup` on 2026-12-06: a million compacted waiters took ≈45 s to release instead of
+//! ≈1 s, for 61 B a waiter saved. The node's 48 bytes are the price of a release that touches
+//! no parked stack.
+//!
 //! Why not reuse `std::sync` types: they block the OS thread, which would stop every task of
 //! that worker. Why no poisoning: Go has none, and a panicking holder releases its lock while
 //! unwinding.

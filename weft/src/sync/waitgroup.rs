@@ -1,54 +1,31 @@
 //! Go's `sync.WaitGroup`: wait for a counter of outstanding jobs to reach zero.
 //!
 //! Owns: [`WaitGroup`] — `count` (any thread, atomically) and `waiters` (behind a short std
-//! lock, never held across a park): the addresses of waiting nodes, each on its waiter's own
-//! stack.
+//! lock, never held across a park).
 //!
 //! Invariants:
 //! 1. A waiter re-checks `count` under the `waiters` lock before queueing, and whoever brings
 //!    `count` to zero takes the same lock after doing so: either the waiter sees zero or the
 //!    one that reached zero sees the waiter (no lost wakeup).
-//! 2. Each queued node is released once, by the one that drained it, under the `waiters`
-//!    lock; the drainer reads the node (its waiter) before it stores `released` and never
-//!    after, because a waiter that sees `released` returns and its node is gone with its
-//!    frame. A node is in `waiters` exactly while it is unreleased, and its `index` (kept
-//!    under the lock) is its place there.
+//! 2. Each queued node is released once, by the one that drained it.
 //! 3. `count` never goes below zero (a misuse that panics, as in Go) nor past `isize::MAX`
 //!    (panics too): `add` checks before it changes the count.
 //! 4. A waiter that unwinds out of its park (a task cancelled at shutdown) takes its node out
-//!    of `waiters` if no `add` drained it yet, so the list holds no waiter that is gone: by its
-//!    `index`, in O(1) (a million waiters cancelled at once do not scan the list a million
-//!    times), moving the last node into its place.
+//!    of `waiters` if no `add` drained it yet, so the list holds no waiter that is gone.
 //!
 //! May call: `park`. Called by: users. Checked by `src/tests/loom_sync.rs`.
 //!
 //! Why Go's `add`/`done` API rather than crossbeam's clone-per-job handle: ported Go code
-//! reads the same, and a `WaitGroup` in an `Arc` (or a `static`) is shared like Go's. Why
-//! nodes on the waiters' stacks rather than one `Arc` each: a parked waiter then costs its
-//! queue entry alone (8 B) instead of a 48-byte allocation besides, and its node's words are
-//! slot-relative, which a compacted stack's template absorbs (stack/template.rs): 1M tasks
-//! parked on a `WaitGroup` settle ≈60 B lighter. Other threads reading and writing a parked
-//! task's stack is allowed by stack compaction's contract (stack/compact.rs).
+//! reads the same, and a `WaitGroup` in an `Arc` (or a `static`) is shared like Go's.
 
-use crate::loom::sync::atomic::{AtomicBool, AtomicIsize, AtomicUsize, Ordering};
-use crate::loom::sync::{Mutex, MutexGuard};
+use crate::loom::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
+use crate::loom::sync::{Arc, Mutex, MutexGuard};
 use crate::sched::Waiter;
 
-/// A waiter's entry, on its own stack for the length of its wait.
 struct Node {
     released: AtomicBool,
     waiter: Waiter,
-    /// Its place in `waiters` while queued; read and written under the `waiters` lock only
-    /// (Relaxed: the lock orders them).
-    index: AtomicUsize,
 }
-
-/// A queued node's address (invariant 2: valid while the node is in the list).
-struct NodeRef(*const Node);
-
-// SAFETY: a `NodeRef` is only dereferenced under the `waiters` lock while its node is queued
-// (invariant 2), and a `Node`'s fields are all shareable (`Waiter` is `Send + Sync`).
-unsafe impl Send for NodeRef {}
 
 /// Waits for a collection of tasks to finish, like Go's `sync.WaitGroup`.
 ///
@@ -66,7 +43,7 @@ unsafe impl Send for NodeRef {}
 /// ```
 pub struct WaitGroup {
     count: AtomicIsize,
-    waiters: Mutex<Vec<NodeRef>>,
+    waiters: Mutex<Vec<Arc<Node>>>,
 }
 
 impl Default for WaitGroup {
@@ -110,23 +87,12 @@ impl WaitGroup {
         };
         if count == 0 && delta != 0 {
             // Invariant 1: the lock after the decrement.
-            let mut waiters = self.waiters();
-            let woken: Vec<Waiter> = waiters
-                .drain(..)
-                .map(|NodeRef(node)| {
-                    // SAFETY: invariant 2: queued, so not released, so its waiter is still in
-                    // its wait and the node on its stack. Through the pointer, no reference
-                    // kept: after the store the node may be gone.
-                    unsafe {
-                        let waiter = (*node).waiter.clone();
-                        // Release: pairs with the Acquire load in `wait` (invariant 2).
-                        (*node).released.store(true, Ordering::Release);
-                        waiter
-                    }
-                })
-                .collect();
-            drop(waiters);
-            woken.into_iter().for_each(Waiter::wake);
+            let released = std::mem::take(&mut *self.waiters());
+            for node in released {
+                // Release: pairs with the Acquire load in `wait` (invariant 2).
+                node.released.store(true, Ordering::Release);
+                node.waiter.clone().wake();
+            }
         }
     }
 
@@ -141,32 +107,20 @@ impl WaitGroup {
     }
 
     pub(crate) fn wait_with(&self, park: impl Fn()) {
-        self.wait_or_leave(|| {
-            park();
-            true
-        });
-    }
-
-    /// Parks with `park` until released; or, where `park` returns false, gives the wait up
-    /// and returns false: its node leaves the list as an unwinding waiter's does (invariant
-    /// 4; the loom model's stand-in for an unwinding park).
-    pub(crate) fn wait_or_leave(&self, mut park: impl FnMut() -> bool) -> bool {
         // Acquire: pairs with the AcqRel of the `add` that reached zero.
         if self.count.load(Ordering::Acquire) == 0 {
-            return true;
+            return;
         }
         let mut waiters = self.waiters();
         // Invariant 1: re-checked under the lock.
         if self.count.load(Ordering::Acquire) == 0 {
-            return true;
+            return;
         }
-        let node = Node {
+        let node = Arc::new(Node {
             released: AtomicBool::new(false),
             waiter: Waiter::current(),
-            index: AtomicUsize::new(waiters.len()),
-        };
-        // The node stays where it is until the wait returns or unwinds: `leaving` borrows it.
-        waiters.push(NodeRef(&node));
+        });
+        waiters.push(node.clone());
         drop(waiters);
         // Invariant 4: until the release is seen, unwinding takes the node out again.
         let leaving = Leave {
@@ -175,16 +129,12 @@ impl WaitGroup {
         };
         // Acquire: pairs with the Release store in `add`.
         while !node.released.load(Ordering::Acquire) {
-            if !park() {
-                drop(leaving);
-                return false;
-            }
+            park();
         }
         std::mem::forget(leaving);
-        true
     }
 
-    fn waiters(&self) -> MutexGuard<'_, Vec<NodeRef>> {
+    fn waiters(&self) -> MutexGuard<'_, Vec<Arc<Node>>> {
         self.waiters.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -206,22 +156,14 @@ impl std::fmt::Debug for WaitGroup {
 /// wait ends normally.
 struct Leave<'a> {
     wait_group: &'a WaitGroup,
-    node: &'a Node,
+    node: &'a Arc<Node>,
 }
 
 impl Drop for Leave<'_> {
     fn drop(&mut self) {
         let mut waiters = self.wait_group.waiters();
-        // Invariant 2: `released` is stored under this lock, so unreleased here means queued,
-        // at `index`. Relaxed: the lock orders it.
-        if !self.node.released.load(Ordering::Relaxed) {
-            let i = self.node.index.load(Ordering::Relaxed);
-            debug_assert!(std::ptr::eq(waiters[i].0, self.node));
+        if let Some(i) = waiters.iter().position(|n| Arc::ptr_eq(n, self.node)) {
             waiters.swap_remove(i);
-            if let Some(moved) = waiters.get(i) {
-                // SAFETY: invariant 2: queued, so its node is alive; we hold the lock.
-                unsafe { &*moved.0 }.index.store(i, Ordering::Relaxed);
-            }
         }
     }
 }
@@ -261,45 +203,5 @@ mod tests {
             "the cancelled waiter's node was left queued"
         );
         wg.done();
-    }
-
-    /// Waiters cancelled out of the middle of the list (each moves the last node into its
-    /// place, invariant 4): the rest are all released, the cancelled ones unwind.
-    #[test]
-    fn waitgroup_waiters_cancelled_in_any_order_leave_the_rest_released() {
-        let runtime = crate::Runtime::builder().workers(2).build().unwrap();
-        let wg = Arc::new(WaitGroup::new());
-        wg.add(1);
-        let handles: Vec<_> = (0..300)
-            .map(|_| {
-                let wg = wg.clone();
-                runtime.spawn(move || wg.wait())
-            })
-            .collect();
-        let start = Instant::now();
-        while wg.waiters().len() < handles.len() {
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "never all queued"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        for (i, handle) in handles.iter().enumerate() {
-            if i % 3 != 1 {
-                handle.cancel();
-            }
-        }
-        while wg.waiters().len() > 100 {
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "cancelled nodes stayed"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        wg.done();
-        for (i, handle) in handles.into_iter().enumerate() {
-            assert_eq!(handle.join().is_ok(), i % 3 == 1, "waiter {i}");
-        }
-        assert!(wg.waiters().is_empty());
     }
 }

@@ -72,32 +72,6 @@ fn loom_waitgroup_wait_sees_done_work() {
     });
 }
 
-/// Two waiters, one of which leaves (as its park would unwind) while the last `done` drains the list:
-/// the leaver takes its node out by its index, the other's node is moved into its place and
-/// still released; no node is touched after its wait ended (waitgroup.rs invariants 2, 4).
-#[test]
-fn loom_waitgroup_a_waiter_that_leaves_keeps_the_list_whole() {
-    loom::model(|| {
-        let wg = Arc::new(WaitGroup::new());
-        wg.add(1);
-        let leaver = {
-            let wg = wg.clone();
-            // Leaves at its first park, unless the count reached zero before it queued.
-            thread::spawn(move || {
-                wg.wait_or_leave(|| false);
-            })
-        };
-        let stayer = {
-            let wg = wg.clone();
-            thread::spawn(move || wg.wait_with(thread::park))
-        };
-        wg.done();
-        leaver.join().unwrap();
-        stayer.join().unwrap();
-        assert_eq!(wg.count(), 0);
-    });
-}
-
 /// Two releasers race a queued waiter: one may serve the last waiter and clear WAITERS while
 /// the other, which saw WAITERS, waits for the queue lock; no permit may be lost or invented.
 #[test]
