@@ -44,11 +44,8 @@ pub fn cpu_time() -> Duration {
 
 /// A field of /proc/self/status in bytes (`VmRSS`, `VmPTE`, `VmHWM`).
 pub fn status_bytes(field: &str) -> u64 {
-    let text = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    text.lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
+    // kB × 1024 as f64 is exact far past any process's memory.
+    weft_loadtest::process_status_bytes(std::process::id(), field) as u64
 }
 
 /// The repository root (this crate lives in `bench/`).

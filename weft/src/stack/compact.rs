@@ -212,6 +212,13 @@ pub(super) struct Candidate<'a> {
     pub(super) key: usize,
 }
 
+impl Candidate<'_> {
+    /// Its live bytes: from `lo` to the top of its slot, the image's length.
+    fn live(&self) -> usize {
+        self.slot + self.size - self.lo
+    }
+}
+
 /// Compacts `candidates`, grouped into runs of consecutive slots; `observe` as in
 /// [`ParkedStacks::step`].
 pub(super) fn compact_all(candidates: &mut [Candidate<'_>], mut observe: impl FnMut(usize, usize)) {
@@ -274,7 +281,7 @@ fn compact_run(run: &[Candidate<'_>], observe: &mut impl FnMut(usize, usize)) {
     // then swapped for its encoding once the locks are let go (`encode_staged`).
     let staged_bytes: usize = run
         .iter()
-        .map(|c| c.slot + size - c.lo)
+        .map(Candidate::live)
         .filter(|&n| n <= TEMPLATE_LEN_MAX)
         .map(|n| HEADER + n)
         .sum();
@@ -282,7 +289,7 @@ fn compact_run(run: &[Candidate<'_>], observe: &mut impl FnMut(usize, usize)) {
     let images: Vec<*mut u8> = run
         .iter()
         .map(|c| {
-            let n = c.slot + size - c.lo;
+            let n = c.live();
             // mode.rs `Counters::image_bytes` counts no padding.
             debug_assert_eq!(n % 16, 0, "an image of odd length");
             if n <= TEMPLATE_LEN_MAX {
@@ -320,7 +327,7 @@ fn compact_run(run: &[Candidate<'_>], observe: &mut impl FnMut(usize, usize)) {
             unlock(index);
         }
         for (c, image) in run.iter().zip(images) {
-            if c.slot + size - c.lo > TEMPLATE_LEN_MAX {
+            if c.live() > TEMPLATE_LEN_MAX {
                 // SAFETY: never published.
                 unsafe { image_free(image) };
             }
@@ -416,7 +423,7 @@ fn staging_buffer(bytes: usize) -> *mut u8 {
 fn encode_staged(run: &[Candidate<'_>], images: &[*mut u8], size: usize) {
     let mut encoded: Vec<u64> = Vec::new();
     for (c, &staged) in run.iter().zip(images) {
-        let n = c.slot + size - c.lo;
+        let n = c.live();
         if n > TEMPLATE_LEN_MAX {
             continue;
         }

@@ -151,14 +151,16 @@ pub(super) fn encode(raw: &[u64], slot: usize, slot_size: usize, out: &mut Vec<u
     let bucket = bucket(slot_size, words);
     let first = bucket * WAYS;
     let of_key = |t: &&Template| t.slot_size == slot_size && t.words.len() == words;
+    let against = |template: &Template, index: usize, out: &mut Vec<u64>| {
+        encode_against(template, index, raw, slot, out, words / 2)
+    };
     // Relaxed: a hint only orders the search; any value is a correct one.
     let hint = HINTS[bucket].load(Ordering::Relaxed);
     let hinted = (hint & 0xff) as usize;
     if hinted != 0 {
         let index = first + hinted - 1;
         if TABLE.get(index).filter(of_key).is_some_and(|t| {
-            encode_against(t, index, raw, slot, out, words / 2)
-                && out.len() <= close_len(words).max(hint as usize >> 8)
+            against(t, index, out) && out.len() <= close_len(words).max(hint as usize >> 8)
         }) {
             return true;
         }
@@ -169,14 +171,12 @@ pub(super) fn encode(raw: &[u64], slot: usize, slot_size: usize, out: &mut Vec<u
         let Some(template) = TABLE.get(index) else {
             // Ways fill in order: none after an empty one. Its own template matches the
             // image whole; one another thread made there first, as it does.
-            if made(index, raw, slot, slot_size)
-                .is_some_and(|t| encode_against(t, index, raw, slot, out, words / 2))
-            {
+            if made(index, raw, slot, slot_size).is_some_and(|t| against(t, index, out)) {
                 return true;
             }
             break;
         };
-        if of_key(&template) && encode_against(template, index, raw, slot, out, words / 2) {
+        if of_key(&template) && against(template, index, out) {
             if out.len() <= close_len(words) {
                 return true;
             }
@@ -190,9 +190,7 @@ pub(super) fn encode(raw: &[u64], slot: usize, slot_size: usize, out: &mut Vec<u
     best.is_some_and(|(len, index)| {
         let hint = (index - first + 1) as u32 | (len.min(1 << 23) as u32) << 8;
         HINTS[bucket].store(hint, Ordering::Relaxed);
-        TABLE
-            .get(index)
-            .is_some_and(|t| encode_against(t, index, raw, slot, out, words / 2))
+        TABLE.get(index).is_some_and(|t| against(t, index, out))
     })
 }
 

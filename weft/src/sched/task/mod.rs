@@ -313,10 +313,26 @@ impl Header {
             return extras;
         }
         let extras = Box::into_raw(Box::new(Extras::new(None)));
-        // Release: the new extras' fields before their address, for `extras`' readers.
-        self.extras.store(extras, Ordering::Release);
-        // SAFETY: just published; freed only with the header.
-        unsafe { &*extras }
+        // A CAS, not a store, though only this thread makes them: a second maker would
+        // otherwise orphan the first's, which a reader may hold. Release: the new extras'
+        // fields before their address, for `extras`' readers; Acquire on failure: the
+        // winner's.
+        match self.extras.compare_exchange(
+            std::ptr::null_mut(),
+            extras,
+            Ordering::Release,
+            Ordering::Acquire,
+        ) {
+            // SAFETY: just published; freed only with the header.
+            Ok(_) => unsafe { &*extras },
+            Err(made) => {
+                // SAFETY: `extras` was never published; `made` was, and lives as the header.
+                unsafe {
+                    drop(Box::from_raw(extras));
+                    &*made
+                }
+            }
+        }
     }
 
     /// The name given at the spawn, if any.
