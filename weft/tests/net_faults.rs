@@ -118,7 +118,9 @@ fn echo_backs_off_on_emfile_and_keeps_serving() {
 }
 
 /// Open descriptors, less the one-time pidfd the stack pool opens (lazily, at its first batch
-/// release) to give pages back: that one belongs to the process, not to any connection.
+/// release) to give pages back, and the io_uring and its eventfd each worker has when the
+/// environment turns io_uring on (`WEFT_IO_URING=1`): those belong to the process or its
+/// workers, not to any connection.
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd")
         .unwrap()
@@ -127,7 +129,10 @@ fn open_fds() -> usize {
                 .as_ref()
                 .ok()
                 .and_then(|e| std::fs::read_link(e.path()).ok());
-            !target.is_some_and(|t| t.to_string_lossy().contains("pidfd"))
+            !target.is_some_and(|t| {
+                let t = t.to_string_lossy();
+                t.contains("pidfd") || t.contains("io_uring") || t.contains("eventfd")
+            })
         })
         .count()
 }

@@ -14,6 +14,10 @@
 //! `echo --loads C:R:S,…` replaces the size's loads, and with `--peers weft,go` it is the
 //! quick weft-against-Go check `bench/echo-compare.sh` used to be.
 //!
+//! `weft, io_uring` is weft's `echo` example with `WEFT_IO_URING=1`: its reads through the
+//! workers' io_uring (`RuntimeBuilder::io_uring`, weft's sched/uring.rs); skipped, like
+//! `uring`, where io_uring cannot be set up.
+//!
 //! `uring` is the floor: io_uring with no runtime, not a runtime peer (`uring_echo.rs`: one
 //! thread per CPU, each with its own ring and `SO_REUSEPORT` listener, multishot accept and
 //! recv into provided buffers, one `io_uring_enter` per loop). It says what any runtime's
@@ -120,6 +124,7 @@ impl Server {
     pub(crate) fn start(cmd: &Cmd) -> Result<Server, String> {
         let mut child = Command::new(&cmd.exe)
             .args(&cmd.args)
+            .envs(cmd.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -253,6 +258,16 @@ fn servers() -> Vec<(&'static str, Result<Cmd, String>)> {
     };
     vec![
         ("weft", me("weft")),
+        // weft with its io_uring read path (`RuntimeBuilder::io_uring`, sched/uring.rs).
+        (
+            "weft, io_uring",
+            crate::cli::uring_echo::available().and_then(|()| {
+                me("weft").map(|mut cmd| {
+                    cmd.env.push(("WEFT_IO_URING".into(), "1".into()));
+                    cmd
+                })
+            }),
+        ),
         (
             "go",
             go_program("echo").map(|exe| Cmd::new(exe, &args!["127.0.0.1:0"])),

@@ -43,9 +43,8 @@ use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicU16, Ordering};
 
-use io_uring::types::{BufRingEntry, Fd, Fixed, Timespec};
+use io_uring::types::{Fd, Fixed, Timespec};
 use io_uring::{cqueue, opcode, squeue, IoUring};
 
 /// Bytes per provided buffer: a recv delivers at most this much; more arrives as more
@@ -209,116 +208,11 @@ struct Conn {
     failed: bool,
 }
 
-/// The provided-buffer ring: `BUFFERS` entries the kernel takes buffers from, and the
-/// buffers themselves, each mapped anonymously (page-aligned, as the kernel requires).
-struct BufRing {
-    entries: *mut BufRingEntry,
-    data: *mut u8,
-    /// Our tail, published to the kernel by [`BufRing::publish`].
-    tail: u16,
-}
-
-impl BufRing {
-    fn ring_bytes() -> usize {
-        BUFFERS as usize * std::mem::size_of::<BufRingEntry>()
-    }
-
-    fn data_bytes() -> usize {
-        BUFFERS as usize * BUFFER
-    }
-
-    fn map(len: usize) -> io::Result<*mut u8> {
-        // SAFETY: an anonymous private mapping of a fresh range; no existing memory is
-        // touched. The result is checked against MAP_FAILED.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(p.cast())
-    }
-
-    /// Maps the ring and the buffers, registers them with `ring` and gives the kernel every
-    /// buffer.
-    fn new(ring: &IoUring) -> io::Result<BufRing> {
-        let entries = Self::map(Self::ring_bytes())?.cast::<BufRingEntry>();
-        let data = match Self::map(Self::data_bytes()) {
-            Ok(d) => d,
-            Err(e) => {
-                // SAFETY: `entries` was mapped just above with this length and is not used
-                // after this.
-                unsafe { libc::munmap(entries.cast(), Self::ring_bytes()) };
-                return Err(e);
-            }
-        };
-        let mut bufs = BufRing {
-            entries,
-            data,
-            tail: 0,
-        };
-        // SAFETY: the ring memory is page-aligned, `BUFFERS` entries long (a power of two),
-        // zeroed (tail 0), and outlives the registration: `Worker` drops the io_uring before
-        // its `BufRing` (invariant 3).
-        unsafe {
-            ring.submitter()
-                .register_buf_ring_with_flags(entries as u64, BUFFERS, GROUP, 0)?;
-        }
-        for bid in 0..BUFFERS {
-            bufs.give(bid);
-        }
-        bufs.publish();
-        Ok(bufs)
-    }
-
-    /// Puts buffer `bid` back in the ring (seen by the kernel at the next `publish`).
-    fn give(&mut self, bid: u16) {
-        let slot = (self.tail & (BUFFERS - 1)) as usize;
-        // SAFETY: `slot` < BUFFERS, inside the ring mapping; the kernel reads only entries
-        // between its head and the published tail, and this one is past the published tail.
-        // The setters write addr, len and bid only, never the `resv` field that entry 0
-        // shares with the tail.
-        let entry = unsafe { &mut *self.entries.add(slot) };
-        entry.set_addr(self.data as u64 + bid as u64 * BUFFER as u64);
-        entry.set_len(BUFFER as u32);
-        entry.set_bid(bid);
-        self.tail = self.tail.wrapping_add(1);
-    }
-
-    /// Publishes the tail: the entries given since the last publish become the kernel's.
-    fn publish(&self) {
-        // SAFETY: `entries` is the ring's base, whose entries are initialized (zeroed at
-        // mapping); the tail is a u16 in entry 0, 2-aligned, which the kernel reads with
-        // acquire semantics, so an atomic release store pairs with it.
-        let tail = unsafe { &*BufRingEntry::tail(self.entries).cast::<AtomicU16>() };
-        tail.store(self.tail, Ordering::Release);
-    }
-
-    /// Where buffer `bid`'s bytes from `from` start.
-    fn at(&self, bid: u16, from: u32) -> *const u8 {
-        // SAFETY: bid < BUFFERS and from < BUFFER (a recv delivers at most BUFFER bytes), so
-        // the result is inside the data mapping.
-        unsafe { self.data.add(bid as usize * BUFFER + from as usize) }
-    }
-}
-
-impl Drop for BufRing {
-    fn drop(&mut self) {
-        // SAFETY: both ranges were mapped by `new` with these lengths; the io_uring that
-        // used them is gone (invariant 3).
-        unsafe {
-            libc::munmap(self.entries.cast(), Self::ring_bytes());
-            libc::munmap(self.data.cast(), Self::data_bytes());
-        }
-    }
-}
+/// The provided-buffer ring: weft's own (its io_uring reads use the same file).
+#[allow(dead_code)]
+#[path = "../../../weft/src/sched/buf_ring.rs"]
+mod buf_ring;
+use buf_ring::BufRing;
 
 /// What a worker's completions change: everything but the ring itself.
 struct State {
@@ -370,7 +264,7 @@ impl Worker {
         ring.submitter()
             .register_files_sparse(slots)
             .map_err(|e| format!("cannot register a file table of {slots} slots: {e}"))?;
-        let bufs = BufRing::new(&ring)
+        let bufs = BufRing::new(&ring, GROUP, BUFFERS, BUFFER)
             .map_err(|e| format!("cannot register the provided-buffer ring: {e}"))?;
         let mut state = State {
             bufs,
@@ -539,7 +433,7 @@ impl State {
         let conn = &mut self.conns[slot as usize];
         let front = conn.queue.front().expect("something to send");
         conn.sending = true;
-        let at = self.bufs.at(front.bid, front.sent);
+        let at = self.bufs.at(front.bid, front.sent as usize);
         self.backlog.push(
             opcode::Send::new(Fixed(slot as u32), at, front.len - front.sent)
                 .flags(libc::MSG_NOSIGNAL)

@@ -38,7 +38,11 @@
 //!    with the waiter (sched/io.rs step 3), a plain thread waits in `poll(2)` and ignores the
 //!    `drained` hint (step 5), and timeouts are deadlines on the monotonic clock.
 //!
-//! May call: `sched::io`, `park`, `task` (spawn_blocking). Called by: users.
+//! Reads through io_uring: with `RuntimeBuilder::io_uring` a stream read that would wait is a
+//! recv on the worker's ring instead (sched/uring.rs); bytes such a read received and no
+//! caller took yet wait in the stream's inbox, which every read of the stream looks at first.
+//!
+//! May call: `sched::io`, `sched::uring`, `park`, `task` (spawn_blocking). Called by: users.
 //!
 //! Closing from elsewhere: [`TcpListener::close`], [`TcpStream::close`] and
 //! [`UdpSocket::close`] take `&self`, so a handle shared (an `Arc`) with the task blocked in
@@ -68,9 +72,27 @@ use std::time::{Duration, Instant};
 
 use crate::park::ParkReason;
 use crate::sched::io::{self as reactor, Direction, Readiness};
+use crate::sched::uring::{self, Recv};
+use std::mem::MaybeUninit;
+
+/// Whether this kernel lets the process set up an io_uring, which
+/// [`RuntimeBuilder::io_uring`](crate::RuntimeBuilder::io_uring) reads through; the kernel's
+/// refusal when not (`ENOSYS` before Linux 5.1, `EPERM` under `kernel.io_uring_disabled` or a
+/// seccomp filter). A runtime asked for io_uring where this fails reads through epoll.
+pub fn io_uring_available() -> io::Result<()> {
+    crate::sched::uring::available()
+}
 
 pub(crate) fn timed_out() -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, "weft: i/o operation timed out")
+}
+
+/// What a wait through the worker's io_uring came to.
+enum Ring<T> {
+    /// The read's result.
+    Done(io::Result<T>),
+    /// Look again (at the inbox, at `close`'s flag); `waited`: with a syscall, not the hint.
+    Again { waited: bool },
 }
 
 /// A non-blocking socket and the machinery to wait on it (module invariants 1–2).
@@ -125,32 +147,44 @@ impl<T: AsFd> Source<T> {
         }
     }
 
-    /// [`Source::do_io`] for stream reads of up to `len` bytes, without the `EAGAIN` read
-    /// after a short one: a read that returns `0 < n < len` emptied the receive queue, so the
-    /// next read waits for readiness first (sched/io.rs `drained`).
+    /// A stream read into `buf` (sched/uring.rs protocol step 1): what the stream's io_uring
+    /// inbox holds comes first; then a `recv`, unless the last read came back short (it
+    /// emptied the receive queue: another would only return `EAGAIN`, sched/io.rs
+    /// `drained`); then a wait — through the worker's io_uring where the runtime reads
+    /// through it (the bytes come with the wake), else for readiness, and a `recv` after it.
     pub(crate) fn do_read(
         &self,
         timeout: Option<Duration>,
-        len: usize,
-        mut op: impl FnMut(&T) -> io::Result<usize>,
+        buf: &mut [MaybeUninit<u8>],
     ) -> io::Result<usize> {
         crate::sched::coop::spend(); // sched/coop.rs invariant 2
+        let len = buf.len();
         let dir = Direction::Read;
-        let reason = ParkReason::SocketRead;
+        let inbox = self.readiness.inbox();
         let mut deadline: Option<Instant> = None;
         // After a wait, always try: on a plain thread the wait was `poll(2)`, and nothing
         // clears the hint there (sched/io.rs step 5).
         let mut waited = false;
         loop {
             self.closing.check()?;
+            // Orphans first: once none is in flight, the inbox holds all they received
+            // (sched/uring.rs protocol step 4).
+            if uring::wait_for_orphans(inbox) {
+                continue;
+            }
+            if inbox.is_full() {
+                if let Some(result) = inbox.take(buf) {
+                    return result;
+                }
+            }
             let seen = self.readiness.seq(dir);
-            let skip = !waited && self.readiness.is_drained(dir, seen) && reactor::in_task();
+            let skip = !waited && self.readiness.is_drained(seen) && reactor::in_task();
             if !skip {
-                match op(&self.io) {
+                match sys::recv(self.io.as_fd(), buf) {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Ok(n) if n > 0 && n < len => {
-                        self.readiness.set_drained(dir, seen);
+                        self.readiness.set_drained(seen);
                         return Ok(n);
                     }
                     result => return result,
@@ -159,23 +193,114 @@ impl<T: AsFd> Source<T> {
             if deadline.is_none() {
                 deadline = timeout.and_then(|t| Instant::now().checked_add(t));
             }
-            self.wait(dir, seen, deadline, reason)?;
-            waited = true;
+            match self.read_through_ring(buf, seen, deadline) {
+                Some(Ring::Done(result)) => return result,
+                Some(Ring::Again { waited: w }) => waited |= w,
+                None => {
+                    self.wait(dir, seen, deadline, ParkReason::SocketRead)?;
+                    waited = true;
+                }
+            }
         }
+    }
+
+    /// `do_read`'s wait through the running task's worker's io_uring (sched/uring.rs), the
+    /// bytes copied into `buf`; `None` where reads do not go through one, or no buffer was
+    /// free: wait for readiness instead. Out of line, like the other ring paths here, so that
+    /// a read through epoll keeps the frame it had: a parked task's stack is what an idle
+    /// connection costs.
+    #[inline(never)]
+    fn read_through_ring(
+        &self,
+        buf: &mut [MaybeUninit<u8>],
+        seen: u64,
+        deadline: Option<Instant>,
+    ) -> Option<Ring<usize>> {
+        let len = buf.len();
+        let inbox = self.readiness.inbox();
+        let fd = self.io.as_fd();
+        let received = uring::recv(fd, &self.readiness, deadline, |bytes| {
+            // Step 4: bytes an orphan left arrived first.
+            if inbox.is_full() {
+                inbox.push_vec(bytes);
+                return None;
+            }
+            let n = bytes.len().min(len);
+            // SAFETY: `n` fits both; the provided buffer and `buf` do not overlap.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.as_mut_ptr().cast(), n) };
+            inbox.push(&bytes[n..]);
+            Some((n, bytes.len()))
+        })?;
+        Some(match received {
+            Recv::Data(Some((n, got))) => {
+                if got < uring::BUFFER {
+                    self.readiness.set_drained(seen);
+                    return Some(Ring::Done(Ok(n)));
+                }
+                // The provided buffer was filled: more may wait in the socket.
+                let more = match sys::recv(fd, &mut buf[n..]) {
+                    Ok(m) if n < len => m,
+                    _ => 0,
+                };
+                if n + more < len {
+                    self.readiness.set_drained(seen);
+                }
+                Ring::Done(Ok(n + more))
+            }
+            Recv::Data(None) | Recv::Again => Ring::Again { waited: false },
+            // Looked at once more, after `close`'s flag, with a `recv` that says so.
+            Recv::Eof => Ring::Again { waited: true },
+            Recv::Failed(e) => Ring::Done(Err(e)),
+            Recv::TimedOut => Ring::Done(Err(timed_out())),
+            Recv::NoBuffers => return None,
+        })
+    }
+
+    /// `wait_readable`'s wait through the worker's io_uring: the bytes go to the stream's
+    /// inbox. `None` as for [`Source::read_through_ring`].
+    #[inline(never)]
+    fn wait_through_ring(&self, seen: u64, deadline: Option<Instant>) -> Option<Ring<()>> {
+        let inbox = self.readiness.inbox();
+        let received = uring::recv(self.io.as_fd(), &self.readiness, deadline, |bytes| {
+            let short = bytes.len() < uring::BUFFER;
+            inbox.push_vec(bytes);
+            short
+        })?;
+        Some(match received {
+            Recv::Data(short) => {
+                if short {
+                    self.readiness.set_drained(seen);
+                }
+                Ring::Done(Ok(()))
+            }
+            Recv::Again => Ring::Again { waited: false },
+            Recv::Eof => Ring::Done(self.closing.check()),
+            Recv::Failed(e) => Ring::Done(Err(e)),
+            Recv::TimedOut => Ring::Done(Err(timed_out())),
+            Recv::NoBuffers => return None,
+        })
     }
 
     /// Waits until a stream read would not block — data, the peer's close or an error is
     /// waiting — holding no buffer. With the `drained` hint set (the last read emptied the
     /// queue) a task waits for the next event without a syscall, as [`Source::do_read`] would;
     /// otherwise one byte is peeked (`MSG_PEEK`: nothing is consumed). A wake that turns out
-    /// spurious only makes the next read wait again, with its buffer.
+    /// spurious only makes the next read wait again, with its buffer. Through an io_uring, the
+    /// bytes come with the wake and wait in the stream's inbox for the read.
     pub(crate) fn wait_readable(&self, timeout: Option<Duration>) -> io::Result<()> {
         let dir = Direction::Read;
+        let inbox = self.readiness.inbox();
         let mut deadline: Option<Instant> = None;
         loop {
             self.closing.check()?;
+            if uring::wait_for_orphans(inbox) {
+                continue;
+            }
+            if inbox.is_full() {
+                return Ok(());
+            }
             let seen = self.readiness.seq(dir);
-            if !(self.readiness.is_drained(dir, seen) && reactor::in_task()) {
+            if !(self.readiness.is_drained(seen) && reactor::in_task()) {
                 match sys::peek_byte(self.io.as_fd()) {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -185,10 +310,37 @@ impl<T: AsFd> Source<T> {
             if deadline.is_none() {
                 deadline = timeout.and_then(|t| Instant::now().checked_add(t));
             }
-            self.wait(dir, seen, deadline, ParkReason::SocketRead)?;
-            // `close` wakes waiters (and its shutdown makes the socket readable): say so.
-            return self.closing.check();
+            match self.wait_through_ring(seen, deadline) {
+                Some(Ring::Done(result)) => return result,
+                Some(Ring::Again { .. }) => continue,
+                None => {
+                    self.wait(dir, seen, deadline, ParkReason::SocketRead)?;
+                    // `close` wakes waiters (and its shutdown makes the socket readable): say so.
+                    return self.closing.check();
+                }
+            }
         }
+    }
+
+    /// The bytes an io_uring read left in the stream's inbox, taken into `buf` (a read that
+    /// must see them before the socket's: `read_vectored`); `None` if it holds none.
+    pub(crate) fn take_inbox(&self, buf: &mut [MaybeUninit<u8>]) -> Option<io::Result<usize>> {
+        let inbox = self.readiness.inbox();
+        uring::wait_for_orphans(inbox);
+        if !inbox.is_full() {
+            return None;
+        }
+        inbox.take(buf)
+    }
+
+    /// The bytes an io_uring read left in the stream's inbox, copied into `buf` without
+    /// taking them (`peek`); `None` if it holds none.
+    pub(crate) fn peek_inbox(&self, buf: &mut [u8]) -> Option<usize> {
+        let inbox = self.readiness.inbox();
+        if !inbox.is_full() {
+            return None;
+        }
+        inbox.peek(buf)
     }
 
     /// Closes the socket for every user of this handle (net/close.rs): operations fail with

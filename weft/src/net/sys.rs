@@ -187,6 +187,19 @@ pub(crate) fn shutdown_both(fd: BorrowedFd<'_>) -> io::Result<()> {
     cvt(unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_RDWR) }).map(drop)
 }
 
+/// `recv(2)` into `buf` (not blocking: the socket is non-blocking, net/mod.rs invariant 1);
+/// on `Ok(n)` the first `n` bytes of `buf` are initialized.
+pub(crate) fn recv(fd: BorrowedFd<'_>, buf: &mut [std::mem::MaybeUninit<u8>]) -> io::Result<usize> {
+    // SAFETY: `buf` is valid for writes of its length for the whole call; recv(2) only
+    // writes, never reads, that memory.
+    let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
 /// Whether a byte (or the peer's close) waits on the stream socket `fd`, without taking it
 /// and without blocking: `Ok` when a read would return at once, `WouldBlock` when not, the
 /// socket's pending error otherwise.

@@ -385,18 +385,7 @@ impl TcpStream {
     /// # Errors
     /// As `read`.
     pub fn read_uninit(&self, buf: &mut [MaybeUninit<u8>]) -> io::Result<usize> {
-        let len = buf.len();
-        let ptr = buf.as_mut_ptr().cast::<libc::c_void>();
-        self.source.do_read(self.read_timeout.get(), len, |s| {
-            // SAFETY: `ptr` is valid for writes of `len` bytes for the whole call (it borrows
-            // `buf`); recv(2) only writes, never reads, that memory.
-            let n = unsafe { libc::recv(s.as_raw_fd(), ptr, len, 0) };
-            if n < 0 {
-                Err(io::Error::last_os_error())
-            } else {
-                Ok(n as usize)
-            }
-        })
+        self.source.do_read(self.read_timeout.get(), buf)
     }
 
     /// Reads into the spare capacity of `buf` and appends what arrived, like tokio's
@@ -464,6 +453,9 @@ impl TcpStream {
     /// # Errors
     /// As `recv(2)`, or `TimedOut`.
     pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Some(n) = self.source.peek_inbox(buf) {
+            return Ok(n);
+        }
         self.source.do_io(
             Direction::Read,
             ParkReason::SocketRead,
@@ -475,12 +467,16 @@ impl TcpStream {
 
 impl Read for &TcpStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let len = buf.len();
-        self.source
-            .do_read(self.read_timeout.get(), len, |mut s| s.read(buf))
+        self.source.do_read(self.read_timeout.get(), as_uninit(buf))
     }
 
     fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        // What an io_uring read left comes first (sched/uring.rs protocol step 4).
+        if let Some(first) = bufs.iter_mut().find(|b| !b.is_empty()) {
+            if let Some(result) = self.source.take_inbox(as_uninit(first)) {
+                return result;
+            }
+        }
         self.source.do_io(
             Direction::Read,
             ParkReason::SocketRead,
@@ -558,6 +554,13 @@ impl AsRawFd for TcpStream {
     fn as_raw_fd(&self) -> RawFd {
         self.source.get_ref().as_raw_fd()
     }
+}
+
+/// `buf` as a buffer a read may leave partly unwritten.
+fn as_uninit(buf: &mut [u8]) -> &mut [MaybeUninit<u8>] {
+    // SAFETY: same layout; what is written through the result is always initialized bytes
+    // (reads copy bytes in), so `buf` stays initialized.
+    unsafe { &mut *(buf as *mut [u8] as *mut [MaybeUninit<u8>]) }
 }
 
 /// Tries `f` on each resolved address; the last error if none works.

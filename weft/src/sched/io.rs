@@ -102,6 +102,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::epoll::{Epoll, Ready};
+use super::inbox::{InboxState, Queued};
 use super::park::{self, Waiter};
 use super::runtime::Remote;
 
@@ -118,15 +119,19 @@ pub(crate) struct Readiness {
     /// Bumped at each readable (index 0) / writable (index 1) event; only under `state`
     /// (invariant 1).
     seq: [AtomicU64; 2],
-    /// `seq + 1` at the start of the last read that came back short (the socket's queue was
-    /// empty after it), 0 if none: while `seq` has not moved since, another read would only
-    /// return `EAGAIN`, so a task skips it (tokio's `clear_readiness` after a short read).
-    /// Only a reactor moves `seq`, so a plain thread ignores this (protocol step 5).
-    drained: [AtomicU64; 2],
+    /// The read `seq + 1` at the start of the last read that came back short (the socket's
+    /// queue was empty after it), 0 if none: while `seq` has not moved since, another read
+    /// would only return `EAGAIN`, so a task skips it (tokio's `clear_readiness` after a short
+    /// read). Only a reactor moves `seq`, so a plain thread ignores this (protocol step 5).
+    /// Reads only: a short write says nothing of the next.
+    drained: AtomicU64,
     /// The peer closed its write half (`EPOLLRDHUP`, or the connection failed): from then on a
     /// short read no longer means "wait", since end of stream may be next. Written under
     /// `state` before the `seq` bump that announces it.
     read_closed: AtomicBool,
+    /// The lock-free half of the stream's io_uring inbox (sched/inbox.rs); its bytes are in
+    /// `state`.
+    inbox: InboxState,
     state: Mutex<WaitLists>,
 }
 
@@ -137,6 +142,8 @@ struct WaitLists {
     /// The epoll instances the source is in; each serves one direction or both, and each
     /// direction is served by at most one (invariant 3), so two slots are enough.
     members: [Option<Member>; 2],
+    /// The bytes of the stream's io_uring inbox, if it holds any (sched/inbox.rs).
+    inbox: Option<Box<Queued>>,
 }
 
 /// A parked task: its token (to remove itself), its worker (protocol step 3), its waker.
@@ -286,6 +293,66 @@ impl WaitLists {
     }
 }
 
+/// A stream's io_uring inbox: the state word in its readiness, the bytes under its lock
+/// (sched/inbox.rs).
+#[derive(Clone, Copy)]
+pub(crate) struct Inbox<'a> {
+    readiness: &'a Readiness,
+}
+
+impl Inbox<'_> {
+    /// Whether it holds bytes or an error: one load, no lock.
+    #[inline]
+    pub(crate) fn is_full(self) -> bool {
+        self.readiness.inbox.is_full()
+    }
+
+    /// Whether orphaned io_uring reads of the stream are in flight.
+    #[inline]
+    pub(crate) fn has_orphans(self) -> bool {
+        self.readiness.inbox.has_orphans()
+    }
+
+    pub(crate) fn orphan_started(self) {
+        self.readiness.inbox.orphan_started();
+    }
+
+    pub(crate) fn orphan_ended(self) {
+        self.readiness.inbox.orphan_ended();
+    }
+
+    /// Appends `bytes` after what it holds.
+    pub(crate) fn push_vec(self, bytes: Vec<u8>) {
+        let mut lists = self.readiness.lock();
+        self.readiness.inbox.push(&mut lists.inbox, bytes);
+    }
+
+    /// Appends a copy of `bytes` after what it holds.
+    pub(crate) fn push(self, bytes: &[u8]) {
+        if !bytes.is_empty() {
+            self.push_vec(bytes.to_vec());
+        }
+    }
+
+    /// Queues `errno` after the bytes it holds.
+    pub(crate) fn push_error(self, errno: i32) {
+        let mut lists = self.readiness.lock();
+        self.readiness.inbox.push_error(&mut lists.inbox, errno);
+    }
+
+    /// Takes up to `buf.len()` bytes (then the error); `None` if it holds nothing.
+    pub(crate) fn take(self, buf: &mut [std::mem::MaybeUninit<u8>]) -> Option<io::Result<usize>> {
+        let mut lists = self.readiness.lock();
+        self.readiness.inbox.take(&mut lists.inbox, buf)
+    }
+
+    /// Copies up to `buf.len()` bytes without taking them; `None` if it holds none.
+    pub(crate) fn peek(self, buf: &mut [u8]) -> Option<usize> {
+        let lists = self.readiness.lock();
+        self.readiness.inbox.peek(&lists.inbox, buf)
+    }
+}
+
 /// Removes a parked waiter's entry if its park unwinds (protocol step 4); forgotten on the
 /// normal paths, where the entry is gone already.
 struct EntryGuard<'a> {
@@ -309,19 +376,19 @@ impl Readiness {
         self.seq[dir as usize].load(Ordering::Acquire)
     }
 
-    /// Records that an operation started at sequence number `seen` emptied the socket's queue.
-    pub(crate) fn set_drained(&self, dir: Direction, seen: u64) {
-        self.drained[dir as usize].store(seen.wrapping_add(1), Ordering::Relaxed);
+    /// Records that a read started at read sequence number `seen` emptied the socket's queue.
+    pub(crate) fn set_drained(&self, seen: u64) {
+        self.drained.store(seen.wrapping_add(1), Ordering::Relaxed);
     }
 
     /// Whether no event arrived since an operation started at `seen` emptied the queue: the
     /// next try would be a wasted `EAGAIN`. A hint, for tasks only (step 5): a stale answer
     /// costs one syscall or one trip through `wait`, which re-checks `seq` under the lock
     /// (invariant 1).
-    pub(crate) fn is_drained(&self, dir: Direction, seen: u64) -> bool {
+    pub(crate) fn is_drained(&self, seen: u64) -> bool {
         // Relaxed: `seen` came from the Acquire load in `seq`, which pairs with the Release bump
         // that followed the `read_closed` store in `bump_locked`.
-        self.drained[dir as usize].load(Ordering::Relaxed) == seen.wrapping_add(1)
+        self.drained.load(Ordering::Relaxed) == seen.wrapping_add(1)
             && !self.read_closed.load(Ordering::Relaxed)
     }
 
@@ -426,6 +493,17 @@ impl Readiness {
         self.bump_locked(&mut lists, dir as usize, read_closed);
     }
 
+    /// The stream's io_uring inbox (sched/inbox.rs, sched/uring.rs).
+    pub(crate) fn inbox(&self) -> Inbox<'_> {
+        Inbox { readiness: self }
+    }
+
+    /// Wakes the readers: an orphaned io_uring read left bytes in the inbox or ended
+    /// (sched/uring.rs protocol step 3).
+    pub(crate) fn wake_readers(&self) {
+        self.wake(Direction::Read, false);
+    }
+
     /// Both directions, for a socket closed with `close` (net/close.rs): every waiter wakes,
     /// retries, and sees the closed flag.
     pub(crate) fn wake_all(&self) {
@@ -517,9 +595,9 @@ impl Reactor {
         self.epoll.raw_fd()
     }
 
-    /// Adds `fd` (a timer) to the worker's poller as a notify: its readiness ends a wait and
-    /// wakes no task (sched/tokio_local.rs). Closing `fd` removes it.
-    #[cfg(feature = "tokio")]
+    /// Adds `fd` (a timer, an io_uring) to the worker's poller as a notify: its readiness
+    /// ends a wait and wakes no task (sched/tokio_local.rs, sched/uring.rs). Closing `fd`
+    /// removes it.
     pub(crate) fn add_notifier(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
         self.epoll.add(fd, super::epoll::NOTIFY_KEY, [true, false])
     }

@@ -45,6 +45,8 @@ pub(crate) mod activity;
 #[cfg(not(loom))]
 pub(crate) mod blocking;
 #[cfg(not(loom))]
+mod buf_ring;
+#[cfg(not(loom))]
 pub(crate) mod coop;
 #[cfg(not(loom))]
 pub(crate) mod counters;
@@ -53,6 +55,7 @@ mod dump;
 #[cfg(not(loom))]
 mod epoll;
 mod idle;
+pub(crate) mod inbox;
 #[cfg(not(loom))]
 pub(crate) mod io;
 #[cfg(not(loom))]
@@ -85,6 +88,8 @@ pub(crate) mod tokio_bridge;
 pub(crate) mod tokio_context;
 #[cfg(all(not(loom), feature = "tokio"))]
 mod tokio_local;
+#[cfg(not(loom))]
+pub(crate) mod uring;
 #[cfg(not(loom))]
 pub(crate) mod wake_at;
 #[cfg(not(loom))]

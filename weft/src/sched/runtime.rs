@@ -71,6 +71,8 @@ pub(crate) struct Shared {
     pub(crate) stack_policy: stack::StackPolicy,
     /// How late a timer may fire (`RuntimeBuilder::timer_slack`, sched/timers.rs).
     pub(crate) timer_slack: Duration,
+    /// Stream reads go through each worker's io_uring (`RuntimeBuilder::io_uring`).
+    pub(crate) io_uring: bool,
     /// The tokio runtime of `weft::tokio` (tokio_bridge.rs).
     #[cfg(feature = "tokio")]
     pub(crate) tokio: super::tokio_bridge::Bridge,
@@ -331,6 +333,7 @@ pub struct RuntimeBuilder {
     sigquit: Option<SigquitAction>,
     stack_profile: Option<PathBuf>,
     timer_slack: Option<Duration>,
+    io_uring: Option<bool>,
     #[cfg(feature = "tokio")]
     tokio: super::tokio_bridge::TokioConfig,
 }
@@ -348,7 +351,8 @@ impl std::fmt::Debug for RuntimeBuilder {
             .field("max_threads", &self.max_threads)
             .field("sigquit", &self.sigquit)
             .field("stack_profile", &self.stack_profile)
-            .field("timer_slack", &self.timer_slack);
+            .field("timer_slack", &self.timer_slack)
+            .field("io_uring", &self.io_uring);
         #[cfg(feature = "tokio")]
         f.field("tokio", &self.tokio);
         f.finish()
@@ -447,6 +451,18 @@ impl RuntimeBuilder {
     /// that, and ends later.
     pub fn timer_slack(mut self, slack: Duration) -> Self {
         self.timer_slack = Some(slack);
+        self
+    }
+
+    /// Whether `weft::net::TcpStream` reads that would wait complete through each worker's
+    /// io_uring (a recv into a buffer the kernel picks, submitted with the worker's other
+    /// reads in one `io_uring_enter`) instead of waiting for readiness in epoll and then
+    /// calling `recv`. Writes, accepts, connects and UDP stay on epoll. A worker whose ring
+    /// cannot be set up (an old kernel, `kernel.io_uring_disabled`, a seccomp filter) reads
+    /// through epoll and says so once on stderr. Default: off, or on where the environment
+    /// has `WEFT_IO_URING=1`; docs/performance.md has the figures that decided the default.
+    pub fn io_uring(mut self, on: bool) -> Self {
+        self.io_uring = Some(on);
         self
     }
 
@@ -573,6 +589,9 @@ impl RuntimeBuilder {
             compute: Default::default(),
             stack_policy: self.stack_policy.unwrap_or_default(),
             timer_slack: self.timer_slack.unwrap_or(DEFAULT_TIMER_SLACK),
+            io_uring: self
+                .io_uring
+                .unwrap_or_else(|| std::env::var_os("WEFT_IO_URING").is_some_and(|v| v == "1")),
             blocking: Arc::new(super::blocking::Pool::new(
                 max_threads - own_threads,
                 max_threads,

@@ -225,6 +225,9 @@ pub(crate) struct Worker {
     /// (sched/tokio_local.rs).
     #[cfg(feature = "tokio")]
     pub(super) tokio_local: std::cell::OnceCell<super::tokio_local::LocalTokio>,
+    /// The worker's io_uring for stream reads, made when the worker starts if the runtime
+    /// has `io_uring` on; `None` inside if it could not be set up (sched/uring.rs).
+    uring: std::cell::OnceCell<Option<super::uring::Uring>>,
 }
 
 impl Worker {
@@ -259,6 +262,7 @@ impl Worker {
             sampler: Sampler::default(),
             #[cfg(feature = "tokio")]
             tokio_local: std::cell::OnceCell::new(),
+            uring: std::cell::OnceCell::new(),
         }
     }
 
@@ -276,6 +280,9 @@ impl Worker {
         self.remote.tid.store(tid, Ordering::Relaxed);
         self.remote.activity.start();
         WORKER.with(|w| w.set(&self));
+        // A runtime that reads through io_uring has a ring on every worker from the start
+        // (and says at once where it cannot).
+        let _ = self.uring();
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             self.main_loop();
             self.shut_down();
@@ -446,9 +453,14 @@ impl Worker {
         // (tokio's), which the spin would keep off a CPU (`weft-bench bridge`, a loopback
         // round trip through `weft::tokio::block_on`: 6.4–6.6 µs of CPU a request spinning,
         // 5.6–5.7 without; tokio's own tasks 4.65).
+        // Reads in flight on the io_uring count as sources: their completions come from the
+        // network too, and the queued ones go in only with the next poll.
         let spin = self.spin_misses.get() < SPIN_MISSES
             && !super::io::has_sources(&self.remote)
-            && self.remote.futures_waiting.load(Ordering::Relaxed) == 0;
+            && self.remote.futures_waiting.load(Ordering::Relaxed) == 0
+            && !self
+                .uring_if_started()
+                .is_some_and(super::uring::Uring::busy);
         if spin {
             self.shared.spinning.fetch_add(1, Ordering::SeqCst);
             let start = Instant::now();
@@ -506,6 +518,17 @@ impl Worker {
             return;
         }
         // idle.rs step 3 (the fence is inside).
+        // The reads queued on the io_uring go in, and what completed wakes its tasks, before
+        // the look for work; a completion after this ends the sleep (sched/uring.rs, why
+        // `COOP_TASKRUN`).
+        if let Some(uring) = self.uring_if_started() {
+            uring.poll();
+            if uring.work_pending() {
+                // Completion work the polls did not finish: run the tasks it woke, then poll
+                // again, rather than sleep on it.
+                return;
+            }
+        }
         self.remote.flags.prepare_sleep();
         let mut woke_at = None;
         if !self.has_work(true) {
@@ -524,6 +547,9 @@ impl Worker {
             if !fired && timeout != Some(Duration::ZERO) {
                 stack::release_emptied_images(timeout);
                 let woken = self.wait_io(timeout);
+                if let Some(uring) = self.uring_if_started() {
+                    uring.poll();
+                }
                 let after = Instant::now();
                 // Woken early by a notify or I/O (not by the timeout: timers alone never
                 // justify spinning) soon after sleeping.
@@ -548,11 +574,42 @@ impl Worker {
     }
 
     /// Collects I/O events without blocking, when this worker has I/O sources: a busy worker
-    /// must still see its sockets become ready.
+    /// must still see its sockets become ready. Also submits and reaps its io_uring reads.
     pub(super) fn poll_io(&self) {
         if super::io::has_sources(&self.remote) {
             super::io::poll_now(&self.remote);
         }
+        if let Some(uring) = self.uring_if_started() {
+            uring.poll();
+        }
+    }
+
+    /// The worker's io_uring if the runtime reads through io_uring (made when the worker
+    /// starts, sched/uring.rs); `None` otherwise, or if it cannot be set up (the reads then
+    /// wait through epoll; the first failure is said on stderr).
+    pub(crate) fn uring(&self) -> Option<&super::uring::Uring> {
+        if !self.shared.io_uring {
+            return None;
+        }
+        self.uring
+            .get_or_init(|| match super::uring::Uring::new(&self.remote) {
+                Ok(uring) => Some(uring),
+                Err(e) => {
+                    static SAID: std::sync::Once = std::sync::Once::new();
+                    SAID.call_once(|| {
+                        eprintln!(
+                            "weft: io_uring requested but unavailable ({e}); reads wait through epoll"
+                        )
+                    });
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    /// The worker's io_uring if it has one, without making it.
+    pub(crate) fn uring_if_started(&self) -> Option<&super::uring::Uring> {
+        self.uring.get().and_then(Option::as_ref)
     }
 
     /// A busy worker's turn of its tokio runtime, if it has one (sched/tokio_local.rs

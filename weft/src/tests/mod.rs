@@ -8,6 +8,8 @@ mod loom_idle;
 #[cfg(loom)]
 mod loom_image;
 #[cfg(loom)]
+mod loom_inbox;
+#[cfg(loom)]
 mod loom_join;
 #[cfg(loom)]
 mod loom_park;
