@@ -21,10 +21,12 @@
 //! 3. At its deadline a read queues an `IORING_OP_ASYNC_CANCEL` for its recv, submitted at
 //!    once (the recv takes its file before the caller may close the descriptor and the number
 //!    be reused), and waits for the recv's end: `ECANCELED` (the read times out) or the bytes
-//!    that beat the cancel (the read returns them). A *cancelled task* cannot wait: its read
-//!    leaves the op *orphaned*, cancelled the same way and counted in the stream's inbox.
-//!    When the orphan completes, its bytes (or its error) go to the inbox and the stream's
-//!    readers are woken: nothing received is lost.
+//!    that beat the cancel (the read returns them). A *cancelled task* cannot park again: it
+//!    cancels the recv the same way and polls the ring for its end (the kernel ends a recv
+//!    waiting for data at once); bytes that beat the cancel are returned, and the
+//!    cancellation unwinds at the next wait. Only a recv still in flight after that is left
+//!    *orphaned*, counted in the stream's inbox: when it completes, its bytes (or its error)
+//!    go to the inbox and the stream's readers are woken. Nothing received is lost.
 //! 4. Order: bytes are taken in the order the kernel received them. A read that completes
 //!    while the inbox holds bytes appends its own after them and takes from the inbox; a read
 //!    waits while the stream has orphans in flight (the only reads that could still deliver
@@ -87,6 +89,21 @@ const BUFFERS: u16 = 256;
 const GROUP: u16 = 0;
 /// Enters per [`Uring::poll`] at most, while completion work is left.
 const POLL_ROUNDS: u32 = 8;
+/// Polls a cancelled task makes for its recv's end before it orphans it.
+const SETTLE_POLLS: u32 = 64;
+
+/// [`SETTLE_POLLS`], or none where the environment has `WEFT_URING_ORPHAN_CANCELLED=1`: the
+/// orphan path, which the kernel's prompt cancel leaves untaken otherwise, under test
+/// (tests/net_uring.rs).
+fn settle_polls() -> u32 {
+    static POLLS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *POLLS.get_or_init(|| {
+        match std::env::var_os("WEFT_URING_ORPHAN_CANCELLED").is_some_and(|v| v == "1") {
+            true => 0,
+            false => SETTLE_POLLS,
+        }
+    })
+}
 
 /// A worker's io_uring. Field order: the ring drops before the buffers (invariant 4).
 pub(crate) struct Uring {
@@ -360,6 +377,21 @@ impl Uring {
         }
     }
 
+    /// Cancels op `id` and polls the ring (no park) until its completion comes, for up to
+    /// [`SETTLE_POLLS`] polls; the completion, or `None` if it is still in flight (the caller
+    /// orphans it). A recv waiting for data ends at the cancel, within the first poll.
+    fn settle(&self, id: usize) -> Option<(i32, Vec<u8>)> {
+        self.cancel(id);
+        for _ in 0..settle_polls() {
+            self.poll();
+            if let Some(done) = self.take_done(id) {
+                return Some(done);
+            }
+            std::thread::yield_now();
+        }
+        None
+    }
+
     /// Protocol step 3: op `id`, not completed, is given up by its cancelled task.
     fn orphan(&self, id: usize, readiness: &Arc<Readiness>) {
         readiness.inbox().orphan_started();
@@ -426,9 +458,22 @@ pub(crate) fn recv<R>(
             break done;
         }
         if cancelled {
-            uring.orphan(id, readiness);
-            park::unwind_if_cancelled();
-            return Some(Recv::Again);
+            // The task cannot park again, but the kernel ends a cancelled recv at once: the
+            // cancel goes in and the recv's end is reaped here, without a park.
+            match uring.settle(id) {
+                Some((res, _)) if res == -libc::ECANCELED => {
+                    park::unwind_if_cancelled();
+                    return Some(Recv::Again);
+                }
+                // Bytes (or an error) beat the cancel: the read returns them, and the
+                // cancellation takes effect at the next wait.
+                Some(done) => break done,
+                None => {
+                    uring.orphan(id, readiness);
+                    park::unwind_if_cancelled();
+                    return Some(Recv::Again);
+                }
+            }
         }
     };
     Some(match uring.finish(res, bytes, consume) {
