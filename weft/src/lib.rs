@@ -234,6 +234,7 @@ pub(crate) mod sync_sema;
 #[cfg(loom)]
 #[path = "sync/waitgroup.rs"]
 pub(crate) mod sync_waitgroup;
+// `super::wait_queue` of the two above, as in `sync`.
 #[cfg(not(loom))]
 pub mod task;
 #[cfg(not(loom))]
@@ -241,6 +242,9 @@ pub mod time;
 #[cfg(all(feature = "tokio", not(loom)))]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod tokio;
+#[cfg(loom)]
+#[path = "sync/wait_queue.rs"]
+pub(crate) mod wait_queue;
 #[cfg(loom)]
 #[path = "stack/write_once.rs"]
 pub(crate) mod write_once;

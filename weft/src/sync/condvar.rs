@@ -14,15 +14,15 @@
 //!    is gone. (Popped by `notify_all`, the pass-on is a spurious wakeup of a later waiter,
 //!    which callers allow for already: they wait in a loop on their condition.)
 //!
-//! May call: `sync::mutex`, `park`. Called by: users, `sync::barrier`.
+//! May call: `sync::mutex`, `sync::wait_queue`, `park`. Called by: users, `sync::barrier`.
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
 use super::mutex::MutexGuard;
+use super::wait_queue::{Ticket, WaitQueue};
 use crate::park::ParkReason;
 use crate::sched::Waiter;
 
@@ -35,7 +35,7 @@ struct Node {
 /// wakeups are possible: wait in a loop on your condition, or use [`wait_while`](Self::wait_while).
 #[derive(Default)]
 pub struct Condvar {
-    queue: StdMutex<VecDeque<Arc<Node>>>,
+    queue: StdMutex<WaitQueue<Arc<Node>>>,
 }
 
 /// Whether [`Condvar::wait_timeout`] returned because the time ran out.
@@ -55,7 +55,7 @@ impl Condvar {
         Condvar::default()
     }
 
-    fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<Arc<Node>>> {
+    fn queue(&self) -> std::sync::MutexGuard<'_, WaitQueue<Arc<Node>>> {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -111,11 +111,11 @@ impl Condvar {
             waiter: Waiter::current(),
         });
         // Invariant 1: queued before the mutex is unlocked.
-        self.queue().push_back(node.clone());
+        let ticket = self.queue().push_back(node.clone());
         // Invariant 3: until this wait returns, unwinding out of it undoes it.
         let mut leaving = Leave {
             condvar: self,
-            node: &node,
+            ticket,
             pass_on: true,
         };
         let mutex = guard.mutex;
@@ -126,7 +126,7 @@ impl Condvar {
             match deadline {
                 Some(deadline) if Instant::now() >= deadline => {
                     // Else a notifier popped it: it counts as notified (invariant 2).
-                    timed_out = self.unqueue(&node);
+                    timed_out = self.unqueue(ticket);
                     // Not notified: nothing to pass on if the relock below unwinds.
                     leaving.pass_on = !timed_out;
                     break;
@@ -140,16 +140,10 @@ impl Condvar {
         (guard, WaitTimeoutResult(timed_out))
     }
 
-    /// Takes `node` out of the queue; true if it was still there (no notifier popped it).
-    fn unqueue(&self, node: &Arc<Node>) -> bool {
-        let mut queue = self.queue();
-        match queue.iter().position(|queued| Arc::ptr_eq(queued, node)) {
-            Some(i) => {
-                queue.remove(i);
-                true
-            }
-            None => false,
-        }
+    /// Takes the node queued with `ticket` out of the queue; true if it was still there (no
+    /// notifier popped it).
+    fn unqueue(&self, ticket: Ticket) -> bool {
+        self.queue().remove(ticket).is_some()
     }
 
     /// Wakes one waiter, if any.
@@ -162,8 +156,9 @@ impl Condvar {
 
     /// Wakes every waiter.
     pub fn notify_all(&self) {
-        let nodes = std::mem::take(&mut *self.queue());
-        nodes.into_iter().for_each(Self::notify);
+        // Taken under the lock, notified after it.
+        let nodes = self.queue().take_all();
+        nodes.for_each(Self::notify);
     }
 
     fn notify(node: Arc<Node>) {
@@ -184,14 +179,14 @@ impl fmt::Debug for Condvar {
 /// on to the next waiter (invariant 3). Forgotten when the wait returns.
 struct Leave<'a> {
     condvar: &'a Condvar,
-    node: &'a Arc<Node>,
+    ticket: Ticket,
     /// False once the wait timed out and took its own node out: it holds no notification.
     pass_on: bool,
 }
 
 impl Drop for Leave<'_> {
     fn drop(&mut self) {
-        if !self.condvar.unqueue(self.node) && self.pass_on {
+        if !self.condvar.unqueue(self.ticket) && self.pass_on {
             self.condvar.notify_one();
         }
     }

@@ -48,6 +48,7 @@ mod mutex;
 mod rwlock;
 pub(crate) mod sema;
 mod semaphore;
+mod wait_queue;
 mod waitgroup;
 
 pub use barrier::{Barrier, BarrierWaitResult, Once};

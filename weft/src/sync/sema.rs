@@ -30,15 +30,14 @@
 //!    queueing (it could never be granted, and FIFO it would block everyone behind it), and a
 //!    release that would pass the limit panics before changing `state`.
 //!
-//! May call: `park`. Called by: `sync` (Mutex, RwLock, Semaphore). Checked by
+//! May call: `park`, `sync::wait_queue`. Called by: `sync` (Mutex, RwLock, Semaphore). Checked by
 //! `src/tests/loom_sync.rs`.
 //!
 //! Why handoff instead of Go's barging mutex with a starvation mode: handoff is fair by
 //! construction and needs no timer; the price is a lock convoy under heavy contention, where
 //! each unlock waits for the next owner to be scheduled. Uncontended, both are one CAS.
 
-use std::collections::VecDeque;
-
+use super::wait_queue::{Ticket, WaitQueue};
 use crate::loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use crate::loom::sync::{Arc, Mutex};
 use crate::sched::Waiter;
@@ -57,7 +56,7 @@ struct Node {
 /// A counting semaphore that parks tasks (or blocks threads).
 pub(crate) struct RawSemaphore {
     state: AtomicUsize,
-    queue: Mutex<VecDeque<Arc<Node>>>,
+    queue: Mutex<WaitQueue<Arc<Node>>>,
 }
 
 impl RawSemaphore {
@@ -68,7 +67,7 @@ impl RawSemaphore {
         );
         RawSemaphore {
             state: AtomicUsize::new(permits << 1),
-            queue: Mutex::new(VecDeque::new()),
+            queue: Mutex::new(WaitQueue::new()),
         }
     }
 
@@ -122,7 +121,7 @@ impl RawSemaphore {
         }
         let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         let mut state = self.state.load(Ordering::Relaxed);
-        let node = loop {
+        let (node, ticket) = loop {
             if state & WAITERS == 0 && state >> 1 >= n {
                 // Acquire: as in `try_acquire`.
                 match self.state.compare_exchange_weak(
@@ -151,8 +150,8 @@ impl RawSemaphore {
                         granted: AtomicBool::new(false),
                         waiter: Waiter::current(),
                     });
-                    queue.push_back(node.clone());
-                    break node;
+                    let ticket = queue.push_back(node.clone());
+                    break (node, ticket);
                 }
                 Err(actual) => state = actual,
             }
@@ -162,6 +161,7 @@ impl RawSemaphore {
         let leaving = Leave {
             sema: self,
             node: &node,
+            ticket,
         };
         loop {
             // Acquire: pairs with the Release store of `granted` in `wake` (invariant 3).
@@ -176,11 +176,11 @@ impl RawSemaphore {
         }
     }
 
-    /// Undoes the wait of `node`, whose owner leaves without seeing its grant (invariant 4).
-    fn leave(&self, node: &Arc<Node>) {
+    /// Undoes the wait of `node`, queued with `ticket`, whose owner leaves without seeing its
+    /// grant (invariant 4).
+    fn leave(&self, node: &Arc<Node>, ticket: Ticket) {
         let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(i) = queue.iter().position(|queued| Arc::ptr_eq(queued, node)) {
-            queue.remove(i);
+        if queue.remove(ticket).is_some() {
             // The node may have been the head that the permits could not satisfy, holding up
             // smaller requests behind it (invariant 2): serve them now. WAITERS is set (our
             // node was queued, invariant 1), so `state` is ours under the lock.
@@ -245,7 +245,7 @@ impl RawSemaphore {
     /// adds `n` to the permits, pops the nodes at the front that they now cover, and stores
     /// what is left; returns the popped nodes, to be woken once the lock is dropped. The
     /// caller checked that the sum stays within [`MAX_PERMITS`].
-    fn serve_locked(&self, queue: &mut VecDeque<Arc<Node>>, n: usize) -> Vec<Arc<Node>> {
+    fn serve_locked(&self, queue: &mut WaitQueue<Arc<Node>>, n: usize) -> Vec<Arc<Node>> {
         let mut permits = (self.state.load(Ordering::Relaxed) >> 1) + n;
         let mut granted = Vec::new();
         while let Some(front) = queue.front() {
@@ -292,10 +292,11 @@ fn wake(granted: Vec<Arc<Node>>) {
 struct Leave<'a> {
     sema: &'a RawSemaphore,
     node: &'a Arc<Node>,
+    ticket: Ticket,
 }
 
 impl Drop for Leave<'_> {
     fn drop(&mut self) {
-        self.sema.leave(self.node);
+        self.sema.leave(self.node, self.ticket);
     }
 }

@@ -13,11 +13,12 @@
 //! 4. A waiter that unwinds out of its park (a task cancelled at shutdown) takes its node out
 //!    of `waiters` if no `add` drained it yet, so the list holds no waiter that is gone.
 //!
-//! May call: `park`. Called by: users. Checked by `src/tests/loom_sync.rs`.
+//! May call: `park`, `sync::wait_queue`. Called by: users. Checked by `src/tests/loom_sync.rs`.
 //!
 //! Why Go's `add`/`done` API rather than crossbeam's clone-per-job handle: ported Go code
 //! reads the same, and a `WaitGroup` in an `Arc` (or a `static`) is shared like Go's.
 
+use super::wait_queue::{Ticket, WaitQueue};
 use crate::loom::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 use crate::loom::sync::{Arc, Mutex, MutexGuard};
 use crate::sched::Waiter;
@@ -43,7 +44,7 @@ struct Node {
 /// ```
 pub struct WaitGroup {
     count: AtomicIsize,
-    waiters: Mutex<Vec<Arc<Node>>>,
+    waiters: Mutex<WaitQueue<Arc<Node>>>,
 }
 
 impl Default for WaitGroup {
@@ -57,7 +58,7 @@ impl WaitGroup {
     pub fn new() -> Self {
         WaitGroup {
             count: AtomicIsize::new(0),
-            waiters: Mutex::new(Vec::new()),
+            waiters: Mutex::new(WaitQueue::new()),
         }
     }
 
@@ -87,7 +88,7 @@ impl WaitGroup {
         };
         if count == 0 && delta != 0 {
             // Invariant 1: the lock after the decrement.
-            let released = std::mem::take(&mut *self.waiters());
+            let released = self.waiters().take_all();
             for node in released {
                 // Release: pairs with the Acquire load in `wait` (invariant 2).
                 node.released.store(true, Ordering::Release);
@@ -120,12 +121,12 @@ impl WaitGroup {
             released: AtomicBool::new(false),
             waiter: Waiter::current(),
         });
-        waiters.push(node.clone());
+        let ticket = waiters.push_back(node.clone());
         drop(waiters);
         // Invariant 4: until the release is seen, unwinding takes the node out again.
         let leaving = Leave {
             wait_group: self,
-            node: &node,
+            ticket,
         };
         // Acquire: pairs with the Release store in `add`.
         while !node.released.load(Ordering::Acquire) {
@@ -134,7 +135,7 @@ impl WaitGroup {
         std::mem::forget(leaving);
     }
 
-    fn waiters(&self) -> MutexGuard<'_, Vec<Arc<Node>>> {
+    fn waiters(&self) -> MutexGuard<'_, WaitQueue<Arc<Node>>> {
         self.waiters.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -156,15 +157,14 @@ impl std::fmt::Debug for WaitGroup {
 /// wait ends normally.
 struct Leave<'a> {
     wait_group: &'a WaitGroup,
-    node: &'a Arc<Node>,
+    ticket: Ticket,
 }
 
 impl Drop for Leave<'_> {
     fn drop(&mut self) {
-        let mut waiters = self.wait_group.waiters();
-        if let Some(i) = waiters.iter().position(|n| Arc::ptr_eq(n, self.node)) {
-            waiters.swap_remove(i);
-        }
+        // Released meanwhile (drained by an `add`): nothing to take out.
+        let node = self.wait_group.waiters().remove(self.ticket);
+        drop(node);
     }
 }
 
