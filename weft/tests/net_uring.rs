@@ -321,6 +321,34 @@ fn a_cancelled_readers_orphaned_recv_loses_nothing() {
 }
 
 #[test]
+fn a_runtime_dropped_with_reads_in_flight_ends_them() {
+    let Some(rt) = uring_runtime() else { return };
+    let mut clients = Vec::new();
+    let mut tasks = Vec::new();
+    for _ in 0..50 {
+        let (stream, client) = pair(&rt);
+        clients.push(client);
+        tasks.push(rt.spawn(move || {
+            let mut buf = [0; 64];
+            let _ = (&stream).read(&mut buf);
+        }));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let start = std::time::Instant::now();
+    drop(rt);
+    println!("dropped in {:?}", start.elapsed());
+    for task in tasks {
+        assert!(task.join().is_err(), "a reader was not cancelled");
+    }
+    // The clients see their connections closed: nothing of the readers is left.
+    for mut client in clients {
+        client.set_read_timeout(Some(LIMIT)).unwrap();
+        let mut byte = [0; 1];
+        assert_eq!(client.read(&mut byte).unwrap_or(0), 0);
+    }
+}
+
+#[test]
 fn closing_a_stream_ends_a_read_in_flight() {
     let Some(rt) = uring_runtime() else { return };
     let (stream, _client) = pair(&rt);

@@ -40,7 +40,10 @@
 //!    completion, or the reap of an orphan. A `user_data` is the slot index + 1; 0 marks the
 //!    cancels, whose completions need nothing.
 //! 3. A provided buffer is in the ring, or named by exactly one completion not yet reaped.
-//! 4. The ring drops before the buffer memory it uses (field order in [`Uring`]).
+//! 4. The buffers are unmapped only once no read can write into them: a worker's ring is
+//!    closed after every read in flight was cancelled and has completed (`Uring`'s `Drop`;
+//!    a completion is posted after its copy), and the buffers unmapped after that; if the
+//!    kernel does not end them all within a second, the buffers are leaked instead.
 //!
 //! May call: `park`, `io` (the stream's readiness and inbox), `worker` (the current worker).
 //! Called by: `net` (reads), `sched/worker.rs` (submit and reap at each poll, before a sleep).
@@ -61,6 +64,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::io;
+use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::Arc;
 use std::time::Instant;
@@ -105,11 +109,12 @@ fn settle_polls() -> u32 {
     })
 }
 
-/// A worker's io_uring. Field order: the ring drops before the buffers (invariant 4).
+/// A worker's io_uring. Its `Drop` ends the reads in flight, then closes the ring, then
+/// unmaps the buffers (invariant 4).
 pub(crate) struct Uring {
-    ring: RefCell<IoUring>,
+    ring: ManuallyDrop<RefCell<IoUring>>,
     ops: RefCell<slab::Slab<Op>>,
-    bufs: BufRing,
+    bufs: ManuallyDrop<BufRing>,
     /// Entries pushed to the submission queue since the last `io_uring_enter`.
     queued: Cell<u32>,
 }
@@ -190,9 +195,9 @@ impl Uring {
         let ring_fd = unsafe { BorrowedFd::borrow_raw(ring.as_raw_fd()) };
         remote.io.add_notifier(ring_fd)?;
         Ok(Uring {
-            ring: RefCell::new(ring),
+            ring: ManuallyDrop::new(RefCell::new(ring)),
             ops: RefCell::new(slab::Slab::new()),
-            bufs,
+            bufs: ManuallyDrop::new(bufs),
             queued: Cell::new(0),
         })
     }
@@ -420,6 +425,40 @@ fn recv_entry(fd: std::os::fd::RawFd, id: usize) -> squeue::Entry {
         .build()
         .flags(squeue::Flags::BUFFER_SELECT)
         .user_data(id as u64 + 1)
+}
+
+impl Drop for Uring {
+    fn drop(&mut self) {
+        let ring = self.ring.get_mut();
+        let ops = self.ops.get_mut();
+        // A `Done` op's recv has ended; the others' have not.
+        let mut in_flight = 0usize;
+        for (id, _) in ops.iter().filter(|(_, op)| !matches!(op, Op::Done { .. })) {
+            in_flight += 1;
+            let cancel = opcode::AsyncCancel::new(id as u64 + 1).build().user_data(0);
+            // SAFETY: a cancel names a user_data, no memory of ours.
+            while unsafe { ring.submission().push(&cancel) }.is_err() {
+                let _ = ring.submit();
+            }
+        }
+        let tick = io_uring::types::Timespec::new().nsec(10_000_000);
+        let args = io_uring::types::SubmitArgs::new().timespec(&tick);
+        for _ in 0..100 {
+            if in_flight == 0 {
+                break;
+            }
+            let _ = ring.submitter().submit_with_args(1, &args);
+            let ended = ring.completion().filter(|cqe| cqe.user_data() != 0).count();
+            in_flight = in_flight.saturating_sub(ended);
+        }
+        ops.clear();
+        // SAFETY: dropped once, here; neither field is used after this.
+        unsafe { ManuallyDrop::drop(&mut self.ring) };
+        if in_flight == 0 {
+            // SAFETY: as above; no read can write into the buffers now (invariant 4).
+            unsafe { ManuallyDrop::drop(&mut self.bufs) };
+        }
+    }
 }
 
 /// Reads `fd` through the running task's worker's ring, parking until bytes arrive or
