@@ -393,6 +393,35 @@ fn readable_peek_and_read_vectored_see_the_bytes_a_ring_read_received() {
 }
 
 #[test]
+fn readers_whose_stacks_were_compacted_meanwhile_get_their_bytes() {
+    // Parked past the compaction age (200 ms), each reader's stack, its buffer with it, is
+    // compacted; the ring writes only into its own buffers, and the copy into the reader's
+    // buffer happens once the task runs again, its stack restored.
+    let Some(rt) = uring_runtime() else { return };
+    let mut clients = Vec::new();
+    let mut tasks = Vec::new();
+    for i in 0..100 {
+        let (stream, client) = pair(&rt);
+        clients.push(client);
+        tasks.push(rt.spawn(move || {
+            let mut buf = [0u8; 256];
+            let n = (&stream).read(&mut buf).unwrap();
+            assert_eq!(&buf[..n], &pattern(i, n)[..], "reader {i}");
+            n
+        }));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let compacted = weft::metrics::snapshot().tasks_compacted;
+    println!("{compacted} tasks compacted");
+    for (i, client) in clients.iter_mut().enumerate() {
+        client.write_all(&pattern(i, 100)).unwrap();
+    }
+    for task in tasks {
+        assert!(join_within(task, LIMIT).unwrap() > 0);
+    }
+}
+
+#[test]
 fn the_end_of_stream_reaches_a_reader_in_flight() {
     let Some(rt) = uring_runtime() else { return };
     let (stream, mut client) = pair(&rt);
