@@ -49,6 +49,22 @@ fn pair(rt: &weft::Runtime) -> (TcpStream, std::net::TcpStream) {
     (join_within(accepted, LIMIT).unwrap(), client)
 }
 
+/// `n` connected pairs, each weft side handed to a task running `read(i, stream)`; the plain
+/// clients and the tasks.
+fn readers<T: Send + 'static>(
+    rt: &weft::Runtime,
+    n: usize,
+    read: impl Fn(usize, TcpStream) -> T + Clone + Send + 'static,
+) -> (Vec<std::net::TcpStream>, Vec<weft::JoinHandle<T>>) {
+    (0..n)
+        .map(|i| {
+            let (stream, client) = pair(rt);
+            let read = read.clone();
+            (client, rt.spawn(move || read(i, stream)))
+        })
+        .unzip()
+}
+
 /// `n` bytes of a pattern that shows a lost, repeated or reordered byte.
 fn pattern(seed: usize, n: usize) -> Vec<u8> {
     (0..n).map(|i| ((i * 7 + seed * 13) % 251) as u8).collect()
@@ -323,16 +339,10 @@ fn a_cancelled_readers_orphaned_recv_loses_nothing() {
 #[test]
 fn a_runtime_dropped_with_reads_in_flight_ends_them() {
     let Some(rt) = uring_runtime() else { return };
-    let mut clients = Vec::new();
-    let mut tasks = Vec::new();
-    for _ in 0..50 {
-        let (stream, client) = pair(&rt);
-        clients.push(client);
-        tasks.push(rt.spawn(move || {
-            let mut buf = [0; 64];
-            let _ = (&stream).read(&mut buf);
-        }));
-    }
+    let (clients, tasks) = readers(&rt, 50, |_, stream| {
+        let mut buf = [0; 64];
+        let _ = (&stream).read(&mut buf);
+    });
     std::thread::sleep(Duration::from_millis(50));
     let start = std::time::Instant::now();
     drop(rt);
@@ -398,18 +408,12 @@ fn readers_whose_stacks_were_compacted_meanwhile_get_their_bytes() {
     // compacted; the ring writes only into its own buffers, and the copy into the reader's
     // buffer happens once the task runs again, its stack restored.
     let Some(rt) = uring_runtime() else { return };
-    let mut clients = Vec::new();
-    let mut tasks = Vec::new();
-    for i in 0..100 {
-        let (stream, client) = pair(&rt);
-        clients.push(client);
-        tasks.push(rt.spawn(move || {
-            let mut buf = [0u8; 256];
-            let n = (&stream).read(&mut buf).unwrap();
-            assert_eq!(&buf[..n], &pattern(i, n)[..], "reader {i}");
-            n
-        }));
-    }
+    let (mut clients, tasks) = readers(&rt, 100, |i, stream| {
+        let mut buf = [0u8; 256];
+        let n = (&stream).read(&mut buf).unwrap();
+        assert_eq!(&buf[..n], &pattern(i, n)[..], "reader {i}");
+        n
+    });
     std::thread::sleep(Duration::from_millis(500));
     let compacted = weft::metrics::snapshot().tasks_compacted;
     println!("{compacted} tasks compacted");

@@ -167,12 +167,12 @@ impl<T: AsFd> Source<T> {
         let mut waited = false;
         loop {
             self.closing.check()?;
-            // Orphans first: once none is in flight, the inbox holds all they received
-            // (sched/uring.rs protocol step 4).
-            if uring::wait_for_orphans(inbox) {
-                continue;
-            }
-            if inbox.is_full() {
+            if !inbox.is_quiet() {
+                // Orphans first: once none is in flight, the inbox holds all they received
+                // (sched/uring.rs protocol step 4).
+                if uring::wait_for_orphans(inbox) {
+                    continue;
+                }
                 if let Some(result) = inbox.take(buf) {
                     return result;
                 }
@@ -293,11 +293,13 @@ impl<T: AsFd> Source<T> {
         let mut deadline: Option<Instant> = None;
         loop {
             self.closing.check()?;
-            if uring::wait_for_orphans(inbox) {
-                continue;
-            }
-            if inbox.is_full() {
-                return Ok(());
+            if !inbox.is_quiet() {
+                if uring::wait_for_orphans(inbox) {
+                    continue;
+                }
+                if inbox.is_full() {
+                    return Ok(());
+                }
             }
             let seen = self.readiness.seq(dir);
             if !(self.readiness.is_drained(seen) && reactor::in_task()) {

@@ -41,7 +41,14 @@ pub(crate) struct Queued {
 }
 
 impl InboxState {
-    /// Whether the queue holds something: one load on every read, the lock only when set.
+    /// Whether the queue holds nothing and no orphan is in flight: the one load every read
+    /// makes; the rest only when it is false.
+    #[inline]
+    pub(crate) fn is_quiet(&self) -> bool {
+        self.0.load(Ordering::Acquire) == 0
+    }
+
+    /// Whether the queue holds something; the lock only when set.
     #[inline]
     pub(crate) fn is_full(&self) -> bool {
         self.0.load(Ordering::Acquire) & FULL != 0

@@ -301,6 +301,12 @@ pub(crate) struct Inbox<'a> {
 }
 
 impl Inbox<'_> {
+    /// Whether it holds nothing and no orphan is in flight: one load, no lock.
+    #[inline]
+    pub(crate) fn is_quiet(self) -> bool {
+        self.readiness.inbox.is_quiet()
+    }
+
     /// Whether it holds bytes or an error: one load, no lock.
     #[inline]
     pub(crate) fn is_full(self) -> bool {

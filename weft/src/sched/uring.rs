@@ -95,6 +95,8 @@ const GROUP: u16 = 0;
 const POLL_ROUNDS: u32 = 8;
 /// Polls a cancelled task makes for its recv's end before it orphans it.
 const SETTLE_POLLS: u32 = 64;
+/// Reaps between tries to queue a cancel the ring refused.
+const CANCEL_TRIES: u32 = 8;
 
 /// [`SETTLE_POLLS`], or none where the environment has `WEFT_URING_ORPHAN_CANCELLED=1`: the
 /// orphan path, which the kernel's prompt cancel leaves untaken otherwise, under test
@@ -144,7 +146,8 @@ pub(crate) enum Recv<R> {
     TimedOut,
     /// No provided buffer was free, or the ring could take no entry: wait through epoll.
     NoBuffers,
-    /// A cancellation that was withdrawn ended the wait; the op is orphaned: look again.
+    /// A cancellation that was withdrawn ended the wait (the recv ended, or is orphaned):
+    /// look again.
     Again,
 }
 
@@ -209,7 +212,8 @@ impl Uring {
     }
 
     /// Pushes `entry`, entering the kernel first if the queue is full; false if it still
-    /// cannot be queued.
+    /// cannot be queued (the kernel refuses submissions while completions overflow: reaping
+    /// lets it take them again).
     fn push(&self, entry: &squeue::Entry) -> bool {
         let mut ring = self.ring.borrow_mut();
         for _ in 0..2 {
@@ -219,8 +223,9 @@ impl Uring {
                 self.queued.set(self.queued.get() + 1);
                 return true;
             }
-            let _ = ring.submit();
-            self.queued.set(0);
+            if ring.submit().is_ok() {
+                self.queued.set(0);
+            }
         }
         false
     }
@@ -274,36 +279,30 @@ impl Uring {
                 let Some(op) = ops.get_mut(id) else {
                     continue;
                 };
-                if let Op::Waiting(_, fd) = *op {
-                    if res == -libc::ENOBUFS {
+                match *op {
+                    Op::Waiting(_, fd) if res == -libc::ENOBUFS => {
                         // Buffers come back in this reap: queued again, the task still waits.
                         starved.push((id, fd));
-                        continue;
                     }
-                    let bytes = match cqueue::buffer_select(flags) {
-                        Some(bid) if res > 0 => {
-                            let bytes = self.bufs.bytes(bid, res as usize).to_vec();
-                            self.bufs.give(bid);
-                            bytes
+                    Op::Waiting(..) => {
+                        let bytes = match cqueue::buffer_select(flags) {
+                            Some(bid) if res > 0 => {
+                                let bytes = self.bufs.bytes(bid, res as usize).to_vec();
+                                self.bufs.give(bid);
+                                bytes
+                            }
+                            _ => Vec::new(),
+                        };
+                        if let Op::Waiting(waiter, _) =
+                            std::mem::replace(op, Op::Done { res, bytes })
+                        {
+                            woken.push(waiter);
                         }
-                        _ => Vec::new(),
-                    };
-                    if let Op::Waiting(waiter, _) = std::mem::replace(op, Op::Done { res, bytes }) {
-                        woken.push(waiter);
                     }
-                    continue;
-                }
-                match std::mem::replace(
-                    op,
-                    Op::Done {
-                        res,
-                        bytes: Vec::new(),
-                    },
-                ) {
-                    Op::Waiting(..) => unreachable!(),
-                    Op::Orphan(readiness) => {
-                        ops.remove(id);
-                        orphans.push((readiness, res, flags));
+                    Op::Orphan(_) => {
+                        if let Op::Orphan(readiness) = ops.remove(id) {
+                            orphans.push((readiness, res, flags));
+                        }
                     }
                     Op::Done { .. } => unreachable!("weft: two completions for one io_uring read"),
                 }
@@ -373,20 +372,32 @@ impl Uring {
     /// Asks the kernel to end op `id` (its completion then comes with `ECANCELED`, or with
     /// the bytes that beat the cancel), submitting at once: the recv has taken its file
     /// before the caller can close the descriptor and the number be reused.
-    fn cancel(&self, id: usize) {
+    ///
+    /// A cancel the ring refuses (its completion queue overflowing) is retried after a reap,
+    /// a few times; false if it still could not be queued (the caller tries again later).
+    fn cancel(&self, id: usize) -> bool {
         let cancel = opcode::AsyncCancel::new(id as u64 + 1).build().user_data(0);
-        self.push(&cancel);
+        let mut queued = self.push(&cancel);
+        for _ in 0..CANCEL_TRIES {
+            if queued {
+                break;
+            }
+            self.reap();
+            queued = self.push(&cancel);
+        }
         let ring = self.ring.borrow();
         if ring.submit().is_ok() {
             self.queued.set(0);
         }
+        queued
     }
 
     /// Cancels op `id` and polls the ring (no park) until its completion comes, for up to
     /// [`SETTLE_POLLS`] polls; the completion, or `None` if it is still in flight (the caller
     /// orphans it). A recv waiting for data ends at the cancel, within the first poll.
     fn settle(&self, id: usize) -> Option<(i32, Vec<u8>)> {
-        self.cancel(id);
+        // Refused, the cancel is queued again by the orphaning, if it comes to that.
+        let _ = self.cancel(id);
         for _ in 0..settle_polls() {
             self.poll();
             if let Some(done) = self.take_done(id) {
@@ -401,7 +412,9 @@ impl Uring {
     fn orphan(&self, id: usize, readiness: &Arc<Readiness>) {
         readiness.inbox().orphan_started();
         self.ops.borrow_mut()[id] = Op::Orphan(readiness.clone());
-        self.cancel(id);
+        // Refused even so, the orphan ends with its recv: at the next bytes or the peer's
+        // close (a connection dropped meanwhile stays open in the kernel until then).
+        let _ = self.cancel(id);
     }
 
     /// What completion `res` with `bytes` means, `consume` called on the bytes.
@@ -433,12 +446,18 @@ impl Drop for Uring {
         let ops = self.ops.get_mut();
         // A `Done` op's recv has ended; the others' have not.
         let mut in_flight = 0usize;
+        // Completions of reads: each ends one in flight (the cancels' carry user_data 0).
+        let ended =
+            |ring: &mut IoUring| ring.completion().filter(|cqe| cqe.user_data() != 0).count();
         for (id, _) in ops.iter().filter(|(_, op)| !matches!(op, Op::Done { .. })) {
             in_flight += 1;
             let cancel = opcode::AsyncCancel::new(id as u64 + 1).build().user_data(0);
             // SAFETY: a cancel names a user_data, no memory of ours.
             while unsafe { ring.submission().push(&cancel) }.is_err() {
+                // A full queue: submit it, and reap, since an overflowing completion queue
+                // makes the kernel refuse submissions.
                 let _ = ring.submit();
+                in_flight = in_flight.saturating_sub(ended(ring));
             }
         }
         let tick = io_uring::types::Timespec::new().nsec(10_000_000);
@@ -448,8 +467,7 @@ impl Drop for Uring {
                 break;
             }
             let _ = ring.submitter().submit_with_args(1, &args);
-            let ended = ring.completion().filter(|cqe| cqe.user_data() != 0).count();
-            in_flight = in_flight.saturating_sub(ended);
+            in_flight = in_flight.saturating_sub(ended(ring));
         }
         ops.clear();
         // SAFETY: dropped once, here; neither field is used after this.
@@ -485,9 +503,10 @@ pub(crate) fn recv<R>(
         // At the deadline the recv is cancelled and its end awaited here (the cancel ends it
         // at the worker's next poll; bytes that beat it are returned), so a timed-out read
         // leaves nothing in flight: a later read on another worker waits for nobody.
+        // A cancel the ring refused leaves `cancelling` false: the park below, its deadline
+        // past, returns at once, and the cancel is tried again.
         if !cancelling && deadline.is_some_and(|d| Instant::now() >= d) {
-            uring.cancel(id);
-            cancelling = true;
+            cancelling = uring.cancel(id);
         }
         let wait = if cancelling { None } else { deadline };
         let cancelled = park::park_current_cancellable(wait, ParkReason::SocketRead);

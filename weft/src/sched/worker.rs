@@ -517,7 +517,6 @@ impl Worker {
         if self.await_close_deadline(now) {
             return;
         }
-        // idle.rs step 3 (the fence is inside).
         // The reads queued on the io_uring go in, and what completed wakes its tasks, before
         // the look for work; a completion after this ends the sleep (sched/uring.rs, why
         // `COOP_TASKRUN`).
@@ -529,6 +528,7 @@ impl Worker {
                 return;
             }
         }
+        // idle.rs step 3 (the fence is inside).
         self.remote.flags.prepare_sleep();
         let mut woke_at = None;
         if !self.has_work(true) {
