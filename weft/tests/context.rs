@@ -231,8 +231,10 @@ fn a_bound_wait_ends_with_the_context_error_not_its_own_timeout() {
     let rt = weft::Runtime::builder().workers(1).build().unwrap();
     rt.block_on(|| {
         let (_tx, rx) = weft::chan::bounded::<u32>(0);
-        let ctx = Context::with_timeout(Duration::from_millis(20));
+        // The clock starts before the context's: its deadline is 20 ms after its making, so a
+        // start read after it (a preemption between the two) measured under 20 ms once.
         let start = Instant::now();
+        let ctx = Context::with_timeout(Duration::from_millis(20));
         // The operation's own timeout is longer: the context's deadline comes first.
         let r = ctx.bind(|| rx.recv_timeout(Duration::from_secs(3600)));
         let took = start.elapsed();
