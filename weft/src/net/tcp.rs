@@ -301,6 +301,9 @@ impl TcpStream {
     }
 
     /// A new handle to the same connection (`dup`), e.g. for a reader task and a writer task.
+    /// Where the runtime reads through io_uring ([`RuntimeBuilder::io_uring`](
+    /// crate::RuntimeBuilder::io_uring)), read through one of the handles only: bytes a
+    /// cancelled read received wait in the inbox of the handle it read for.
     ///
     /// # Errors
     /// As `dup(2)`.

@@ -461,6 +461,13 @@ impl RuntimeBuilder {
     /// cannot be set up (an old kernel, `kernel.io_uring_disabled`, a seccomp filter) reads
     /// through epoll and says so once on stderr. Default: off, or on where the environment
     /// has `WEFT_IO_URING=1`; docs/performance.md has the figures that decided the default.
+    ///
+    /// A recv cannot always be taken back: bytes it received after its task was cancelled (or
+    /// its read timed out) wait in the stream's inbox, which every later read of that handle
+    /// takes first, so a handle loses and reorders nothing. A handle made by
+    /// [`TcpStream::try_clone`](crate::net::TcpStream::try_clone) has an inbox of its own:
+    /// bytes waiting in one handle's are not seen by reads of the other, and go with the
+    /// handle when it drops. With this option on, read each connection through one handle.
     pub fn io_uring(mut self, on: bool) -> Self {
         self.io_uring = Some(on);
         self
