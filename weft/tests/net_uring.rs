@@ -297,9 +297,22 @@ fn cancelled_readers_lose_nothing(rt: &weft::Runtime, rounds: usize) {
             client.write_all(&message).unwrap();
         }
         let mut got = join_within(handle, LIMIT).unwrap_or_default();
+        stream.set_read_timeout(Some(LIMIT)).unwrap();
+        // A peek shows what the next read returns: the rest of the message, even while the
+        // cancelled recv still has it in flight.
+        if got.len() < message.len() {
+            let mut peeked = [0; 64];
+            let n = stream.peek(&mut peeked).unwrap();
+            assert!(n > 0, "round {round}: peek saw the end of the stream");
+            let n = n.min(message.len() - got.len());
+            assert_eq!(
+                peeked[..n],
+                message[got.len()..got.len() + n],
+                "round {round}: peek"
+            );
+        }
         // The next read, on this plain thread, gets the rest of the message.
         let mut rest = vec![0; message.len() - got.len()];
-        stream.set_read_timeout(Some(LIMIT)).unwrap();
         (&*stream).read_exact(&mut rest).unwrap();
         got.extend_from_slice(&rest);
         assert_eq!(got, message, "round {round}");

@@ -327,22 +327,24 @@ impl<T: AsFd> Source<T> {
     /// The bytes an io_uring read left in the stream's inbox, taken into `buf` (a read that
     /// must see them before the socket's: `read_vectored`); `None` if it holds none.
     pub(crate) fn take_inbox(&self, buf: &mut [MaybeUninit<u8>]) -> Option<io::Result<usize>> {
-        let inbox = self.readiness.inbox();
-        uring::wait_for_orphans(inbox);
-        if !inbox.is_full() {
-            return None;
-        }
-        inbox.take(buf)
+        self.settled_inbox()?.take(buf)
     }
 
     /// The bytes an io_uring read left in the stream's inbox, copied into `buf` without
-    /// taking them (`peek`); `None` if it holds none.
+    /// taking them (`peek`: the next read returns them first); `None` if it holds none.
     pub(crate) fn peek_inbox(&self, buf: &mut [u8]) -> Option<usize> {
+        self.settled_inbox()?.peek(buf)
+    }
+
+    /// The stream's inbox once no orphaned read of it is in flight (those could still bring
+    /// bytes older than the socket's, protocol step 4), if it holds something then.
+    fn settled_inbox(&self) -> Option<reactor::Inbox<'_>> {
         let inbox = self.readiness.inbox();
-        if !inbox.is_full() {
+        if inbox.is_quiet() {
             return None;
         }
-        inbox.peek(buf)
+        uring::wait_for_orphans(inbox);
+        inbox.is_full().then_some(inbox)
     }
 
     /// Closes the socket for every user of this handle (net/close.rs): operations fail with
